@@ -1,0 +1,114 @@
+# Retort - see README.md.  `make demo` and `make test` work on a fresh Debian 12.
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WARN    := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wformat=2
+CPPFLAGS_ALL := -std=gnu11 -D_GNU_SOURCE -Icommon -Iworker
+
+DEB_PKGS := build-essential pkg-config librdkafka-dev libhiredis-dev \
+	libcurl4-openssl-dev libuv1-dev libcjson-dev libpcre2-dev \
+	libmicrohttpd-dev redis-server kcat libcmocka-dev python3-pytest \
+	python3-kafka python3-redis python3-jsonschema docker-compose
+
+COMMON_PKGS := libcjson libpcre2-8
+WORKER_PKGS := rdkafka libcurl libuv hiredis libcjson libpcre2-8
+pc = $(shell pkg-config --cflags --libs $(1) 2>/dev/null)
+
+COMMON_SRC := $(sort $(wildcard common/*.c))
+WORKER_SRC := $(sort $(filter-out worker/main.c,$(wildcard worker/*.c)))
+UNIT_SRC   := $(sort $(wildcard tests/unit/test_*.c))
+
+COMMON_OBJ := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+WORKER_OBJ := $(WORKER_SRC:%.c=$(BUILD)/%.o)
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/%)
+
+ASAN_BUILD := $(BUILD)/asan
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASAN_COMMON_OBJ := $(COMMON_SRC:%.c=$(ASAN_BUILD)/%.o)
+ASAN_WORKER_OBJ := $(WORKER_SRC:%.c=$(ASAN_BUILD)/%.o)
+ASAN_UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(ASAN_BUILD)/%)
+
+PY := /usr/bin/python3
+
+.PHONY: all deps test unit unit-asan conformance integration compose-check demo bench fuzz clean
+
+all: $(BUILD)/retort $(BUILD)/retort-worker $(BUILD)/mock-llm $(BUILD)/mock-kafka
+
+# Installs the Debian packages when one is missing; quiet when all are there.
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(BUILD)/%.o: %.c $(wildcard common/*.h worker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(WARN) $(call pc,$(WORKER_PKGS) libmicrohttpd) -c $< -o $@
+
+$(ASAN_BUILD)/%.o: %.c $(wildcard common/*.h worker/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(ASAN_FLAGS) $(WARN) $(call pc,$(WORKER_PKGS)) -c $< -o $@
+
+$(BUILD)/libretort_common.a: $(COMMON_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/retort: $(BUILD)/worker/main.o $(WORKER_OBJ) $(BUILD)/libretort_common.a
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS)) -lm
+
+$(BUILD)/retort-worker: $(BUILD)/retort
+	ln -sf retort $@
+
+$(BUILD)/mock-llm: $(BUILD)/tests/mock_llm.o $(BUILD)/libretort_common.a
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,libmicrohttpd libcjson libpcre2-8) -lpthread -lm
+
+$(BUILD)/mock-kafka: $(BUILD)/tests/mock_kafka.o
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,rdkafka) -lpthread
+
+$(BUILD)/jsts-runner: $(BUILD)/tests/jsts_runner.o $(BUILD)/libretort_common.a
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm
+
+$(BUILD)/test_%: $(BUILD)/tests/unit/test_%.o $(WORKER_OBJ) $(BUILD)/libretort_common.a
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
+
+$(ASAN_BUILD)/test_%: $(ASAN_BUILD)/tests/unit/test_%.o $(ASAN_WORKER_OBJ) $(ASAN_COMMON_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; ./$$t; done
+
+unit-asan: $(ASAN_UNIT_BIN)
+	@set -e; for t in $(ASAN_UNIT_BIN); do echo "== $$t (asan+ubsan)"; \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ./$$t; done
+
+JSTS ?= ../shared/jsts
+conformance: $(BUILD)/jsts-runner
+	./$(BUILD)/jsts-runner $(JSTS)
+
+integration: all
+	cd tests/integration && $(PY) -m pytest -q -p no:cacheprovider .
+
+compose-check:
+	@if command -v docker-compose >/dev/null; then \
+	  docker-compose -f docker/docker-compose.yml config -q && echo "docker-compose config: ok"; \
+	else echo "docker-compose not installed"; exit 1; fi
+
+test: deps all
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory unit-asan
+	$(MAKE) --no-print-directory conformance
+	$(MAKE) --no-print-directory compose-check
+	$(MAKE) --no-print-directory integration
+
+demo: deps all
+	$(PY) tests/demo.py
+
+bench: deps all
+	$(PY) tests/bench.py
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,321 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { CFG_STR, CFG_INT, CFG_BOOL, CFG_ENUM } cfg_type;
+
+typedef struct cfg_def {
+    const char *key;
+    cfg_type type;
+    const char *def;
+    long long min, max;   /* CFG_INT */
+    const char *choices;  /* CFG_ENUM: "a|b|c" */
+    int secret;
+    const char *help;
+} cfg_def;
+
+#define I(k, d, lo, hi, h) {k, CFG_INT, d, lo, hi, NULL, 0, h}
+#define S(k, d, h) {k, CFG_STR, d, 0, 0, NULL, 0, h}
+#define B(k, d, h) {k, CFG_BOOL, d, 0, 0, NULL, 0, h}
+#define E(k, d, c, h) {k, CFG_ENUM, d, 0, 0, c, 0, h}
+
+static const cfg_def cfg_defs[] = {
+    S("kafka.bootstrap.servers", "127.0.0.1:9092", "Kafka brokers (any kafka.* key goes to librdkafka as is)"),
+    S("kafka.group.id", "retort-workers", "consumer group of the pool"),
+    S("topics.jobs", "retort.jobs", "topic of generation jobs (retry jobs are republished here)"),
+    S("topics.final", "retort.final", "topic of final events"),
+    S("topics.escalations", "retort.escalations", "topic of escalation events"),
+    S("topics.dlq", "retort.dlq", "dead-letter topic for malformed jobs"),
+    S("redis.host", "127.0.0.1", "Redis host"),
+    I("redis.port", "6379", 1, 65535, "Redis port"),
+    {"redis.password", CFG_STR, "", 0, 0, NULL, 1, "Redis password (AUTH); empty for none"},
+    I("redis.db", "0", 0, 1024, "Redis database number"),
+    S("redis.key_prefix", "retort", "prefix of every Redis key"),
+    I("redis.ttl_s", "604800", 60, 31536000, "lifetime of a job's state in Redis, seconds"),
+    E("llm.provider", "openai", "openai|anthropic", "LLM API: OpenAI-compatible chat completions or Anthropic Messages"),
+    S("llm.base_url", "http://127.0.0.1:8000/v1", "base URL; requests go to {base_url}/chat/completions or {base_url}/messages"),
+    S("llm.api_key_env", "OPENAI_API_KEY", "name of the environment variable holding the API key (the key itself is never logged)"),
+    S("llm.model", "gpt-4o-mini", "model used when a job names none"),
+    I("llm.timeout_ms", "60000", 100, 3600000, "whole-request timeout"),
+    I("llm.connect_timeout_ms", "5000", 100, 600000, "connect timeout"),
+    I("llm.max_response_bytes", "4194304", 1024, 1073741824, "cap on a response body; larger answers fail as network errors"),
+    I("llm.max_inflight", "64", 1, 100000, "LLM calls in flight per worker process"),
+    E("llm.response_format", "auto", "auto|on|off", "send the schema as response_format json_schema (auto: strict only when the schema allows it)"),
+    I("llm.max_tokens", "1024", 1, 1000000, "max_tokens sent when a job's params set none (required by Anthropic)"),
+    S("llm.anthropic_version", "2023-06-01", "anthropic-version header"),
+    I("llm.max_transient_retries", "4", 0, 100, "retries in place of one attempt after timeouts, network errors, 429 and 5xx"),
+    I("llm.backoff_base_ms", "500", 1, 600000, "first backoff of a transient retry (doubles, with jitter)"),
+    I("llm.backoff_max_ms", "30000", 1, 3600000, "cap on one backoff, Retry-After included"),
+    I("retry.max_attempts", "3", 1, 100, "attempts per job, the first included, when a job says nothing"),
+    I("retry.max_attempts_ceiling", "10", 1, 100, "upper bound on a job's own max_attempts"),
+    S("retry.critical_codes", "REFUSAL,CONTENT_FILTER,UNKNOWN_SCHEMA,AUTH,BAD_REQUEST,CONTEXT_LENGTH", "codes and categories that escalate at once"),
+    I("retry.previous_output_max_bytes", "8192", 256, 1048576, "cap on the previous output carried by a retry job"),
+    I("retry.max_violations", "20", 1, 1000, "violations reported per attempt"),
+    S("retry.template", "", "repair prompt template ({attempt} {max} {reason} {violations} {schema} {previous_output}); empty: built-in"),
+    S("schemas.dir", "schemas/output", "directory of output schemas; the id product.v1 is product.v1.json"),
+    S("schemas.envelopes", "schemas", "directory of the job and event envelope schemas"),
+    B("schemas.format_assert", "false", "treat `format` as an assertion"),
+    S("events.source", "/retort/worker", "ce_source of produced events"),
+    S("worker.id", "", "worker id in logs and Redis (default: host-pid)"),
+    I("worker.processes", "1", 1, 256, "worker processes forked by the supervisor"),
+    I("worker.drain_timeout_ms", "30000", 0, 3600000, "on SIGTERM, how long in-flight jobs may take"),
+    E("log.level", "info", "debug|info|warn|error", "log level"),
+    E("log.format", "auto", "auto|json|text", "json lines, or a human format (auto: text on a terminal)"),
+};
+#define NDEFS (sizeof(cfg_defs) / sizeof(cfg_defs[0]))
+
+typedef struct cfg_entry {
+    char *key;
+    char *value;
+} cfg_entry;
+
+struct config {
+    cfg_entry *entries;
+    size_t count, cap;
+};
+
+static const cfg_def *find_def(const char *key) {
+    for (size_t i = 0; i < NDEFS; i++)
+        if (strcmp(cfg_defs[i].key, key) == 0) return &cfg_defs[i];
+    return NULL;
+}
+
+static cfg_entry *find_entry(const config *cfg, const char *key) {
+    for (size_t i = 0; i < cfg->count; i++)
+        if (strcmp(cfg->entries[i].key, key) == 0) return &cfg->entries[i];
+    return NULL;
+}
+
+static int put(config *cfg, const char *key, const char *value) {
+    cfg_entry *e = find_entry(cfg, key);
+    char *v = strdup(value);
+    if (!v) return -1;
+    if (e) {
+        free(e->value);
+        e->value = v;
+        return 0;
+    }
+    if (cfg->count == cfg->cap) {
+        size_t cap = cfg->cap ? cfg->cap * 2 : 64;
+        cfg_entry *p = realloc(cfg->entries, cap * sizeof(*p));
+        if (!p) { free(v); return -1; }
+        cfg->entries = p;
+        cfg->cap = cap;
+    }
+    cfg->entries[cfg->count].key = strdup(key);
+    cfg->entries[cfg->count].value = v;
+    if (!cfg->entries[cfg->count].key) { free(v); return -1; }
+    cfg->count++;
+    return 0;
+}
+
+config *config_new(void) {
+    config *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg) return NULL;
+    for (size_t i = 0; i < NDEFS; i++) {
+        if (put(cfg, cfg_defs[i].key, cfg_defs[i].def)) {
+            config_free(cfg);
+            return NULL;
+        }
+    }
+    return cfg;
+}
+
+void config_free(config *cfg) {
+    if (!cfg) return;
+    for (size_t i = 0; i < cfg->count; i++) {
+        free(cfg->entries[i].key);
+        free(cfg->entries[i].value);
+    }
+    free(cfg->entries);
+    free(cfg);
+}
+
+static int parse_bool(const char *v, int *out) {
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) *out = 0;
+    else return -1;
+    return 0;
+}
+
+static int choice_ok(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    const char *p = choices;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+int config_set(config *cfg, const char *key, const char *value, char *err, size_t errlen) {
+    if (strncmp(key, "kafka.", 6) == 0) {
+        if (!key[6]) {
+            snprintf(err, errlen, "config key '%s': empty librdkafka property", key);
+            return -1;
+        }
+        return put(cfg, key, value);
+    }
+    const cfg_def *d = find_def(key);
+    if (!d) {
+        snprintf(err, errlen, "unknown config key '%s' (see --help for the list)", key);
+        return -1;
+    }
+    switch (d->type) {
+    case CFG_INT: {
+        char *end;
+        errno = 0;
+        long long n = strtoll(value, &end, 10);
+        if (errno || end == value || *end || n < d->min || n > d->max) {
+            snprintf(err, errlen, "config key '%s': '%s' is not an integer in [%lld, %lld]",
+                     key, value, d->min, d->max);
+            return -1;
+        }
+        break;
+    }
+    case CFG_BOOL: {
+        int b;
+        if (parse_bool(value, &b)) {
+            snprintf(err, errlen, "config key '%s': '%s' is not a boolean (true|false)", key, value);
+            return -1;
+        }
+        break;
+    }
+    case CFG_ENUM:
+        if (!choice_ok(d->choices, value)) {
+            snprintf(err, errlen, "config key '%s': '%s' is not one of %s", key, value, d->choices);
+            return -1;
+        }
+        break;
+    case CFG_STR:
+        break;
+    }
+    if (put(cfg, key, value)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+int config_load_file(config *cfg, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[8192];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#' || *s == '!') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected key=value", path, lineno);
+            rc = -1;
+            goto done;
+        }
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        char inner[1024];
+        if (config_set(cfg, key, value, inner, sizeof(inner))) {
+            snprintf(err, errlen, "%s:%d: %s", path, lineno, inner);
+            rc = -1;
+            goto done;
+        }
+    }
+done:
+    fclose(f);
+    return rc;
+}
+
+int config_load_env(config *cfg, char **envp, char *err, size_t errlen) {
+    for (char **e = envp; e && *e; e++) {
+        if (strncmp(*e, "RETORT_", 7) != 0) continue;
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        char name[256];
+        size_t n = (size_t)(eq - (*e + 7));
+        if (n == 0 || n >= sizeof(name)) continue;
+        for (size_t i = 0; i < n; i++) name[i] = (char)tolower((unsigned char)(*e)[7 + i]);
+        name[n] = '\0';
+        if (!strcmp(name, "config")) continue;
+        char key[256];
+        if (strncmp(name, "kafka_", 6) == 0) {
+            for (size_t i = 0; i <= n; i++) key[i] = name[i] == '_' ? '.' : name[i];
+        } else {
+            /* section_rest: the first '_' is the dot, the rest stay, since
+             * Retort's own keys use '_' inside names (llm.base_url). */
+            char *us = strchr(name, '_');
+            if (!us) continue;
+            snprintf(key, sizeof(key), "%.*s.%s", (int)(us - name), name, us + 1);
+        }
+        char inner[1024];
+        if (config_set(cfg, key, eq + 1, inner, sizeof(inner))) {
+            snprintf(err, errlen, "environment %.*s: %s", (int)(eq - *e), *e, inner);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+const char *config_get(const config *cfg, const char *key) {
+    cfg_entry *e = find_entry(cfg, key);
+    return e ? e->value : NULL;
+}
+
+long long config_get_int(const config *cfg, const char *key) {
+    const char *v = config_get(cfg, key);
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+int config_get_bool(const config *cfg, const char *key) {
+    const char *v = config_get(cfg, key);
+    int b = 0;
+    if (v) parse_bool(v, &b);
+    return b;
+}
+
+void config_foreach_prefix(const config *cfg, const char *prefix,
+                           void (*fn)(const char *key, const char *value, void *ud), void *ud) {
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < cfg->count; i++)
+        if (strncmp(cfg->entries[i].key, prefix, n) == 0)
+            fn(cfg->entries[i].key + n, cfg->entries[i].value, ud);
+}
+
+void config_print_help(FILE *out) {
+    fprintf(out, "Configuration keys (file key=value, env RETORT_SECTION_NAME, flag --set key=value):\n");
+    for (size_t i = 0; i < NDEFS; i++) {
+        const cfg_def *d = &cfg_defs[i];
+        fprintf(out, "  %-30s default %-12s %s", d->key, d->def[0] ? d->def : "\"\"", d->help);
+        if (d->type == CFG_ENUM) fprintf(out, " (%s)", d->choices);
+        fputc('\n', out);
+    }
+    fprintf(out, "  kafka.<property>               any librdkafka property, for both clients\n"
+                 "  kafka.consumer.<property>      librdkafka property for the consumer only\n"
+                 "  kafka.producer.<property>      librdkafka property for the producer only\n");
+}
+
+void config_dump(const config *cfg, FILE *out) {
+    for (size_t i = 0; i < cfg->count; i++) {
+        const cfg_def *d = find_def(cfg->entries[i].key);
+        int secret = (d && d->secret) || strstr(cfg->entries[i].key, "password") ||
+                     strstr(cfg->entries[i].key, "secret");
+        fprintf(out, "%s=%s\n", cfg->entries[i].key,
+                secret && cfg->entries[i].value[0] ? "********" : cfg->entries[i].value);
+    }
+}

@@ -1,0 +1,127 @@
+#include "extract.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* Counts the non-blank lines of s[0..len). */
+static int prose_lines(const char *s, size_t len) {
+    int lines = 0, blank = 1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '\n') {
+            if (!blank) lines++;
+            blank = 1;
+        } else if (!is_space(s[i])) {
+            blank = 0;
+        }
+    }
+    return lines + !blank;
+}
+
+/* Parses exactly one JSON value that fills s[0..len) but for white space. */
+static cJSON *parse_exact(const char *s, size_t len) {
+    while (len && is_space(*s)) { s++; len--; }
+    while (len && is_space(s[len - 1])) len--;
+    if (!len) return NULL;
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+    if (!v) return NULL;
+    if (end != s + len) {
+        cJSON_Delete(v);
+        return NULL;
+    }
+    return v;
+}
+
+static const char *find_str(const char *s, size_t len, const char *needle) {
+    size_t n = strlen(needle);
+    for (size_t i = 0; i + n <= len; i++)
+        if (memcmp(s + i, needle, n) == 0) return s + i;
+    return NULL;
+}
+
+static int from_fence(const char *text, size_t len, cJSON **out) {
+    const char *open = find_str(text, len, "```");
+    if (!open) return -1;
+    const char *body = memchr(open, '\n', len - (size_t)(open - text));
+    if (!body) return -1;
+    /* The info string must be empty or a single word such as json. */
+    for (const char *p = open + 3; p < body; p++)
+        if (is_space(*p) && *p != '\r') {
+            for (; p < body; p++)
+                if (!is_space(*p)) return -1;
+            break;
+        }
+    body++;
+    size_t rest = len - (size_t)(body - text);
+    const char *close = find_str(body, rest, "```");
+    if (!close) return -1;
+    const char *after = close + 3;
+    size_t after_len = len - (size_t)(after - text);
+    if (find_str(after, after_len, "```")) return -1; /* more than one fence */
+    if (prose_lines(text, (size_t)(open - text)) > 1 || prose_lines(after, after_len) > 1)
+        return -1;
+    cJSON *v = parse_exact(body, (size_t)(close - body));
+    if (!v) return -1;
+    *out = v;
+    return 0;
+}
+
+/* One line of prose before and/or after a value that starts a line. */
+static int from_prose(const char *text, size_t len, cJSON **out) {
+    size_t i = 0;
+    int lines_before = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && (text[j] == ' ' || text[j] == '\t')) j++;
+        if (j < len && (text[j] == '{' || text[j] == '[')) {
+            const char *end = NULL;
+            cJSON *v = cJSON_ParseWithLengthOpts(text + j, len - j, &end, 0);
+            if (v) {
+                size_t tail = len - (size_t)(end - text);
+                if (prose_lines(end, tail) <= 1) {
+                    /* The value must end its line: "{...} and more" on one
+                     * line counts as prose glued to the value. */
+                    const char *p = end;
+                    while (p < text + len && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+                    if (p == text + len || *p == '\n') {
+                        *out = v;
+                        return 0;
+                    }
+                }
+                cJSON_Delete(v);
+            }
+        }
+        const char *nl = memchr(text + i, '\n', len - i);
+        if (!nl) break;
+        if (prose_lines(text + i, (size_t)(nl - (text + i))) > 0) lines_before++;
+        if (lines_before > 1) break;
+        i = (size_t)(nl - text) + 1;
+    }
+    return -1;
+}
+
+int extract_json(const char *text, size_t len, cJSON **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!text || !len || prose_lines(text, len) == 0) {
+        snprintf(err, errlen, "the answer is empty; expected a JSON value");
+        return -1;
+    }
+    if (!util_utf8_valid(text, len)) {
+        snprintf(err, errlen, "the answer is not valid UTF-8");
+        return -1;
+    }
+    cJSON *v = parse_exact(text, len);
+    if (v) {
+        *out = v;
+        return 0;
+    }
+    if (from_fence(text, len, out) == 0) return 0;
+    if (from_prose(text, len, out) == 0) return 0;
+    snprintf(err, errlen, "the answer is not a single JSON value (only JSON is accepted, "
+                          "optionally inside one ```json code fence)");
+    return -1;
+}

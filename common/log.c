@@ -1,0 +1,112 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static log_level log_min = LOG_INFO;
+static int log_json = 1;
+static char log_worker[64] = "";
+
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+void log_init(log_level level, log_format format, const char *worker) {
+    log_min = level;
+    if (format == LOG_FORMAT_AUTO)
+        log_json = !isatty(STDERR_FILENO);
+    else
+        log_json = format == LOG_FORMAT_JSON;
+    snprintf(log_worker, sizeof(log_worker), "%s", worker ? worker : "");
+}
+
+int log_level_parse(const char *s, log_level *out) {
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, level_names[i]) == 0) {
+            *out = (log_level)i;
+            return 0;
+        }
+    }
+    if (strcmp(s, "warning") == 0) {
+        *out = LOG_WARN;
+        return 0;
+    }
+    return -1;
+}
+
+int log_format_parse(const char *s, log_format *out) {
+    if (strcmp(s, "auto") == 0) *out = LOG_FORMAT_AUTO;
+    else if (strcmp(s, "json") == 0) *out = LOG_FORMAT_JSON;
+    else if (strcmp(s, "text") == 0) *out = LOG_FORMAT_TEXT;
+    else return -1;
+    return 0;
+}
+
+int log_enabled(log_level level) { return level >= log_min; }
+
+/* Appends s JSON-escaped; returns the new length (clamped to cap - 1). */
+static size_t json_escape_into(char *buf, size_t len, size_t cap, const char *s) {
+    for (; *s && len + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            buf[len++] = '\\';
+            buf[len++] = (char)c;
+        } else if (c == '\n') {
+            buf[len++] = '\\';
+            buf[len++] = 'n';
+        } else if (c < 0x20) {
+            len += (size_t)snprintf(buf + len, cap - len, "\\u%04x", c);
+        } else {
+            buf[len++] = (char)c;
+        }
+    }
+    buf[len] = '\0';
+    return len;
+}
+
+void log_msg(log_level level, const char *job_id, int attempt, const char *fmt, ...) {
+    if (level < log_min) return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char ts[40];
+    size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+
+    char line[4096];
+    size_t len = 0;
+    if (log_json) {
+        len = (size_t)snprintf(line, sizeof(line), "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"",
+                               ts, level_names[level]);
+        len = json_escape_into(line, len, sizeof(line) - 128, msg);
+        len += (size_t)snprintf(line + len, sizeof(line) - len, "\"");
+        if (job_id) {
+            len += (size_t)snprintf(line + len, sizeof(line) - len, ",\"job_id\":\"");
+            len = json_escape_into(line, len, sizeof(line) - 64, job_id);
+            len += (size_t)snprintf(line + len, sizeof(line) - len, "\"");
+        }
+        if (attempt > 0)
+            len += (size_t)snprintf(line + len, sizeof(line) - len, ",\"attempt\":%d", attempt);
+        if (log_worker[0])
+            len += (size_t)snprintf(line + len, sizeof(line) - len, ",\"worker\":\"%s\"", log_worker);
+        snprintf(line + len, sizeof(line) - len, "}\n");
+    } else {
+        char ctx[256] = "";
+        if (job_id && attempt > 0) snprintf(ctx, sizeof(ctx), " [%s#%d]", job_id, attempt);
+        else if (job_id) snprintf(ctx, sizeof(ctx), " [%s]", job_id);
+        snprintf(line, sizeof(line), "%s %-5s %s%s %s\n", ts + 11, level_names[level],
+                 log_worker, ctx, msg);
+    }
+    /* One write per record so lines of several processes do not interleave. */
+    ssize_t w = write(STDERR_FILENO, line, strlen(line));
+    (void)w;
+}

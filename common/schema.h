@@ -1,0 +1,99 @@
+/* schema.h - JSON Schema (draft 2020-12 and draft-07) compiler and validator.
+ *
+ * A schema is compiled once (schema_compile) into an immutable internal form
+ * and then validates any number of instances.  Validation never mutates the
+ * compiled schema, so one compiled schema may be used by several threads at
+ * once.  Remote $refs resolve only from a schema_registry (never from the
+ * network).
+ *
+ * Ownership: cJSON documents passed in are *borrowed*; whatever the compiled
+ * schema keeps is copied.  Violations belong to the schema_violations value
+ * and are released by schema_violations_clear().
+ */
+#ifndef RETORT_SCHEMA_H
+#define RETORT_SCHEMA_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+typedef struct schema_registry schema_registry;
+typedef struct schema schema;
+
+typedef enum schema_draft {
+    SCHEMA_DRAFT_2020_12 = 0,
+    SCHEMA_DRAFT_7 = 1
+} schema_draft;
+
+typedef struct schema_options {
+    schema_draft default_draft; /* used when the root has no $schema */
+    int format_assert;          /* nonzero: `format` is an assertion */
+    size_t max_violations;      /* cap on reported violations; 0 = 32 */
+} schema_options;
+
+/* Violation codes: static strings, compare with strcmp or pointer. */
+#define SCHEMA_NOT_JSON          "NOT_JSON"
+#define SCHEMA_WRONG_TYPE        "WRONG_TYPE"
+#define SCHEMA_MISSING_FIELD     "MISSING_FIELD"
+#define SCHEMA_UNEXPECTED_FIELD  "UNEXPECTED_FIELD"
+#define SCHEMA_INVALID_VALUE     "INVALID_VALUE"
+#define SCHEMA_ENUM_MISMATCH     "ENUM_MISMATCH"
+#define SCHEMA_CONST_MISMATCH    "CONST_MISMATCH"
+#define SCHEMA_PATTERN_MISMATCH  "PATTERN_MISMATCH"
+#define SCHEMA_FORMAT_MISMATCH   "FORMAT_MISMATCH"
+#define SCHEMA_TOO_SHORT         "TOO_SHORT"
+#define SCHEMA_TOO_LONG          "TOO_LONG"
+#define SCHEMA_OUT_OF_RANGE      "OUT_OF_RANGE"
+#define SCHEMA_NOT_UNIQUE        "NOT_UNIQUE"
+#define SCHEMA_NOT_MULTIPLE      "NOT_MULTIPLE"
+#define SCHEMA_TOO_FEW_ITEMS     "TOO_FEW_ITEMS"
+#define SCHEMA_TOO_MANY_ITEMS    "TOO_MANY_ITEMS"
+#define SCHEMA_NO_MATCH          "NO_MATCH"        /* anyOf/oneOf/not/contains */
+#define SCHEMA_LIMIT_EXCEEDED    "LIMIT_EXCEEDED"  /* regex or depth limit hit */
+
+typedef struct schema_violation {
+    char *path;             /* instance location, JSON Pointer ("" = root) */
+    char *keyword_location; /* schema location, e.g. "/properties/a/type" */
+    const char *code;       /* one of the codes above (static) */
+    char *message;          /* plain English, one line */
+    char *expected;         /* JSON text or NULL */
+    char *actual;           /* JSON text, truncated, or NULL */
+} schema_violation;
+
+typedef struct schema_violations {
+    schema_violation *items;
+    size_t count;           /* reported (<= max_violations) */
+    size_t total;           /* found before the cap */
+} schema_violations;
+
+schema_registry *schema_registry_new(void);
+void schema_registry_free(schema_registry *reg); /* accepts NULL */
+
+/* Registers a document under an absolute URI (its $id, if any, and every
+ * embedded $id/$anchor are registered too).  doc: borrowed.  0 = ok. */
+int schema_registry_add(schema_registry *reg, const char *uri,
+                        const cJSON *doc, char *err, size_t errlen);
+
+/* Loads every *.json file below dir (recursively) as base_uri + relative
+ * path.  0 = ok. */
+int schema_registry_load_dir(schema_registry *reg, const char *dir,
+                             const char *base_uri, char *err, size_t errlen);
+
+/* Compiles doc (borrowed).  reg may be NULL.  opts may be NULL (defaults).
+ * NULL on error with a message naming the location in err. */
+schema *schema_compile(schema_registry *reg, const cJSON *doc,
+                       const schema_options *opts, char *err, size_t errlen);
+void schema_free(schema *s); /* accepts NULL */
+
+/* Validates instance (borrowed) against s.  Returns 0 when valid, 1 when
+ * invalid (out filled), -1 on an internal error (out has one violation with
+ * code LIMIT_EXCEEDED).  out may be NULL to only ask valid/invalid (faster).
+ * out must be zero-initialised or cleared before the call. */
+int schema_validate(const schema *s, const cJSON *instance,
+                    schema_violations *out);
+
+void schema_violations_clear(schema_violations *v); /* frees items, zeroes */
+
+/* [{path, keyword, code, message, expected, actual}, ...]; caller frees. */
+cJSON *schema_violations_to_json(const schema_violations *v);
+
+#endif

@@ -1,0 +1,461 @@
+/* schema_regex.c - ECMA-262 regexes on PCRE2 (see schema_regex.h). */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "schema_regex.h"
+
+#include <pcre2.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Limits: generous for real patterns on real strings, small enough that a
+ * catastrophic backtracking pattern gives up within milliseconds. */
+#define REGEX_MATCH_LIMIT 2000000u
+#define REGEX_DEPTH_LIMIT 20000u
+#define REGEX_HEAP_LIMIT_KIB 16384u
+
+struct schema_regex {
+    pcre2_code *code;
+    char *source;
+};
+
+/* ECMA-262 WhiteSpace and LineTerminator code points: \t \n \v \f \r, the
+ * Zs category (space, NBSP, U+1680, U+2000-200A, U+202F, U+205F, U+3000),
+ * U+2028, U+2029 and the BOM. */
+#define ECMA_WS "\\t\\n\\x{0b}\\f\\r\\p{Zs}\\x{2028}\\x{2029}\\x{feff}"
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+static void sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_fmt(sbuf *b, const char *fmt, ...)
+{
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static int hexdig(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Reads exactly 4 hex digits at p; -1 if not. */
+static long hex4(const char *p)
+{
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        int d = hexdig((unsigned char)p[i]);
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* \p{...} / \P{...}: ECMA spells General_Category=X, gc=X, Script=X, sc=X,
+ * Script_Extensions=X, scx=X; PCRE2 wants X, X, sc:X / X, scx:X. */
+static int translate_property(sbuf *b, const char *p, char neg, size_t *used)
+{
+    if (p[0] != '{')
+        return -1;
+    const char *end = strchr(p, '}');
+    if (!end)
+        return -1;
+    const char *body = p + 1;
+    size_t n = (size_t)(end - body);
+    const char *eq = memchr(body, '=', n);
+    sb_fmt(b, "\\%c{", neg);
+    if (eq) {
+        size_t kn = (size_t)(eq - body);
+        const char *val = eq + 1;
+        size_t vn = n - kn - 1;
+        if ((kn == 16 && memcmp(body, "General_Category", 16) == 0) ||
+            (kn == 2 && memcmp(body, "gc", 2) == 0)) {
+            sb_add(b, val, vn);
+        } else if ((kn == 6 && memcmp(body, "Script", 6) == 0) ||
+                   (kn == 2 && memcmp(body, "sc", 2) == 0)) {
+            sb_str(b, "sc:");
+            sb_add(b, val, vn);
+        } else if ((kn == 17 && memcmp(body, "Script_Extensions", 17) == 0) ||
+                   (kn == 3 && memcmp(body, "scx", 3) == 0)) {
+            sb_str(b, "scx:");
+            sb_add(b, val, vn);
+        } else {
+            return -1;
+        }
+    } else {
+        sb_add(b, body, n);
+    }
+    sb_str(b, "}");
+    *used = n + 2;
+    return 0;
+}
+
+/* Translates an ECMA-262 pattern to PCRE2 syntax.  Returns 0, or -1 with
+ * a message in err. */
+static int translate(const char *pat, int strict, sbuf *b, char *err, size_t errlen)
+{
+    int in_class = 0;
+    size_t i = 0;
+    while (pat[i]) {
+        char ch = pat[i];
+        if (ch == '\\') {
+            char e = pat[i + 1];
+            if (!e) {
+                snprintf(err, errlen, "pattern ends with a lone backslash");
+                return -1;
+            }
+            i += 2;
+            switch (e) {
+            case 'd': case 'D': case 'w': case 'W':
+            case 't': case 'n': case 'f': case 'r':
+            case 'b': case 'B':
+                sb_fmt(b, "\\%c", e);
+                break;
+            case 's':
+                sb_str(b, in_class ? ECMA_WS : "[" ECMA_WS "]");
+                break;
+            case 'S':
+                /* Inside a class the complement cannot be spelled as a
+                 * set union; PCRE2's \S (ASCII white space) is the closest. */
+                sb_str(b, in_class ? "\\S" : "[^" ECMA_WS "]");
+                break;
+            case 'v':
+                sb_str(b, "\\x{0b}");
+                break;
+            case '0':
+                if (pat[i] >= '0' && pat[i] <= '9') {
+                    if (strict) {
+                        snprintf(err, errlen, "octal escapes are not allowed");
+                        return -1;
+                    }
+                    sb_str(b, "\\0");
+                } else {
+                    sb_str(b, "\\x{0}");
+                }
+                break;
+            case 'c':
+                if ((pat[i] >= 'a' && pat[i] <= 'z') || (pat[i] >= 'A' && pat[i] <= 'Z')) {
+                    sb_fmt(b, "\\x{%x}", (unsigned)(pat[i] % 32));
+                    i++;
+                } else if (strict) {
+                    snprintf(err, errlen, "invalid control escape \\c");
+                    return -1;
+                } else {
+                    sb_str(b, "\\\\c");
+                }
+                break;
+            case 'x': {
+                int h = hexdig((unsigned char)pat[i]);
+                int l = h >= 0 ? hexdig((unsigned char)pat[i + 1]) : -1;
+                if (h >= 0 && l >= 0) {
+                    sb_fmt(b, "\\x{%x}", (unsigned)(h * 16 + l));
+                    i += 2;
+                } else if (strict) {
+                    snprintf(err, errlen, "invalid \\x escape");
+                    return -1;
+                } else {
+                    sb_str(b, "x");
+                }
+                break;
+            }
+            case 'u': {
+                long cp;
+                if (pat[i] == '{') {
+                    size_t j = i + 1;
+                    cp = 0;
+                    while (hexdig((unsigned char)pat[j]) >= 0 && cp <= 0x10FFFF)
+                        cp = cp * 16 + hexdig((unsigned char)pat[j++]);
+                    if (j == i + 1 || pat[j] != '}' || cp > 0x10FFFF) {
+                        snprintf(err, errlen, "invalid \\u{...} escape");
+                        return -1;
+                    }
+                    i = j + 1;
+                } else {
+                    cp = hex4(pat + i);
+                    if (cp < 0) {
+                        snprintf(err, errlen, "invalid \\u escape");
+                        return -1;
+                    }
+                    i += 4;
+                    if (cp >= 0xD800 && cp <= 0xDBFF && pat[i] == '\\' && pat[i + 1] == 'u') {
+                        long lo = hex4(pat + i + 2);
+                        if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                            i += 6;
+                        }
+                    }
+                }
+                if (cp >= 0xD800 && cp <= 0xDFFF) {
+                    snprintf(err, errlen, "lone surrogate \\u%04lx is not supported", cp);
+                    return -1;
+                }
+                sb_fmt(b, "\\x{%lx}", cp);
+                break;
+            }
+            case 'p': case 'P': {
+                size_t used = 0;
+                if (translate_property(b, pat + i, e, &used) < 0) {
+                    snprintf(err, errlen, "invalid \\%c{...} property escape", e);
+                    return -1;
+                }
+                i += used;
+                break;
+            }
+            case 'k':
+                sb_str(b, "\\k");
+                break;
+            case '1': case '2': case '3': case '4': case '5':
+            case '6': case '7': case '8': case '9':
+                sb_fmt(b, "\\%c", e);
+                break;
+            case '^': case '$': case '\\': case '.': case '*': case '+':
+            case '?': case '(': case ')': case '[': case ']': case '{':
+            case '}': case '|': case '/': case '-':
+                sb_fmt(b, "\\%c", e);
+                break;
+            default:
+                if (strict) {
+                    snprintf(err, errlen, "invalid escape \\%c", e);
+                    return -1;
+                }
+                /* Lenient mode keeps PCRE2 meaning (\A, \Z, ...): schemas
+                 * written for other engines still work. */
+                sb_fmt(b, "\\%c", e);
+                break;
+            }
+            continue;
+        }
+        if (in_class) {
+            if (ch == ']') {
+                in_class = 0;
+                sb_str(b, "]");
+            } else if (ch == '[') {
+                sb_str(b, "\\["); /* ECMA: literal; PCRE2: POSIX class */
+            } else {
+                sb_add(b, &ch, 1);
+            }
+            i++;
+            continue;
+        }
+        switch (ch) {
+        case '[':
+            if (pat[i + 1] == ']') {
+                sb_str(b, "(?!)");
+                i += 2;
+            } else if (pat[i + 1] == '^' && pat[i + 2] == ']') {
+                sb_str(b, "[\\s\\S]");
+                i += 3;
+            } else {
+                in_class = 1;
+                if (pat[i + 1] == '^') {
+                    sb_str(b, "[^");
+                    i += 2;
+                } else {
+                    sb_str(b, "[");
+                    i++;
+                }
+            }
+            break;
+        case '.':
+            sb_str(b, "[^\\n\\r\\x{2028}\\x{2029}]");
+            i++;
+            break;
+        case '(':
+            if (strict && pat[i + 1] == '?') {
+                char g = pat[i + 2];
+                int ok = g == ':' || g == '=' || g == '!' ||
+                         (g == '<' && (pat[i + 3] == '=' || pat[i + 3] == '!' ||
+                                       (pat[i + 3] && pat[i + 3] != '>')));
+                if (!ok) {
+                    snprintf(err, errlen, "unsupported group syntax (?%c", g ? g : ' ');
+                    return -1;
+                }
+            }
+            if (strict && pat[i + 1] == '*') {
+                snprintf(err, errlen, "unsupported verb (*");
+                return -1;
+            }
+            sb_str(b, "(");
+            i++;
+            break;
+        default:
+            sb_add(b, &ch, 1);
+            i++;
+            break;
+        }
+    }
+    if (in_class) {
+        snprintf(err, errlen, "missing terminating ] for character class");
+        return -1;
+    }
+    if (b->oom) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Shared, read-only after creation: limits for every match. */
+static pcre2_match_context *g_mctx;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_md_key;
+static int g_init_ok;
+
+static void md_destroy(void *md)
+{
+    pcre2_match_data_free(md);
+}
+
+static void regex_global_init(void)
+{
+    g_mctx = pcre2_match_context_create(NULL);
+    if (!g_mctx)
+        return;
+    pcre2_set_match_limit(g_mctx, REGEX_MATCH_LIMIT);
+    pcre2_set_depth_limit(g_mctx, REGEX_DEPTH_LIMIT);
+    pcre2_set_heap_limit(g_mctx, REGEX_HEAP_LIMIT_KIB);
+    if (pthread_key_create(&g_md_key, md_destroy) != 0)
+        return;
+    g_init_ok = 1;
+}
+
+/* Match data is not shareable between threads; each thread keeps one
+ * (it also caches PCRE2's backtracking frames), freed at thread exit. */
+static pcre2_match_data *thread_match_data(void)
+{
+    pcre2_match_data *md = pthread_getspecific(g_md_key);
+    if (!md) {
+        md = pcre2_match_data_create(1, NULL);
+        if (md && pthread_setspecific(g_md_key, md) != 0) {
+            pcre2_match_data_free(md);
+            md = NULL;
+        }
+    }
+    return md;
+}
+
+schema_regex *schema_regex_compile(const char *pattern, int flags, char *err, size_t errlen)
+{
+    char dummy[8];
+    if (!err) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    pthread_once(&g_once, regex_global_init);
+    if (!g_init_ok) {
+        snprintf(err, errlen, "regex engine initialisation failed");
+        return NULL;
+    }
+    sbuf b = { 0 };
+    schema_regex *re = NULL;
+    if (translate(pattern, flags & SCHEMA_REGEX_STRICT, &b, err, errlen) < 0)
+        goto done;
+    int ec = 0;
+    PCRE2_SIZE off = 0;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n,
+                                     PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C,
+                                     &ec, &off, NULL);
+    if (!code) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        snprintf(err, errlen, "%s", (const char *)msg);
+        goto done;
+    }
+    /* JIT is an optimisation only: without it matching still works. */
+    (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+    re = calloc(1, sizeof *re);
+    if (re)
+        re->source = strdup(pattern);
+    if (!re || !re->source) {
+        pcre2_code_free(code);
+        if (re)
+            free(re);
+        re = NULL;
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    re->code = code;
+done:
+    free(b.p);
+    return re;
+}
+
+void schema_regex_free(schema_regex *re)
+{
+    if (!re)
+        return;
+    pcre2_code_free(re->code);
+    free(re->source);
+    free(re);
+}
+
+int schema_regex_match(const schema_regex *re, const char *s, size_t len)
+{
+    pcre2_match_data *md = thread_match_data();
+    if (!md)
+        return -1;
+    int rc = pcre2_match(re->code, (PCRE2_SPTR)s, len, 0, PCRE2_NO_UTF_CHECK, md, g_mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        rc = pcre2_match(re->code, (PCRE2_SPTR)s, len, 0, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                         md, g_mctx);
+    if (rc >= 0)
+        return 1;
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    return -1;
+}
+
+const char *schema_regex_source(const schema_regex *re)
+{
+    return re->source;
+}
+
+int schema_regex_is_valid(const char *pattern)
+{
+    schema_regex *re = schema_regex_compile(pattern, SCHEMA_REGEX_STRICT, NULL, 0);
+    int ok = re != NULL;
+    schema_regex_free(re);
+    return ok;
+}

@@ -1,0 +1,43 @@
+/* schema_regex.h - ECMA-262 flavoured regular expressions on top of PCRE2.
+ *
+ * JSON Schema patterns are ECMA-262 regexes.  The pattern is translated to
+ * PCRE2 syntax so that the ECMA meaning holds where the two differ: \d \w \b
+ * are ASCII-only, \s is the ECMA (Unicode) white-space set, '.' excludes
+ * the four ECMA line terminators, '$' matches only at the very end, \uXXXX,
+ * \u{X..} and surrogate pairs denote code points, '[]' matches nothing and
+ * '[^]' anything.  Matching is by code point (PCRE2_UTF) and unanchored, and
+ * is bounded by match, depth and heap limits: a pathological pattern yields
+ * -1 from schema_regex_match instead of hanging.
+ *
+ * A compiled regex is immutable and may be matched from several threads at
+ * once (match data is kept per thread and released at thread exit).
+ */
+#ifndef RETORT_SCHEMA_REGEX_H
+#define RETORT_SCHEMA_REGEX_H
+
+#include <stddef.h>
+
+typedef struct schema_regex schema_regex;
+
+/* Flags for schema_regex_compile. */
+#define SCHEMA_REGEX_STRICT 1 /* reject escapes and groups ECMA-262 (u mode)
+                                 does not know, e.g. \a \Z (?i) */
+
+/* Compiles pattern (NUL-terminated UTF-8).  NULL on error with a message
+ * in err. */
+schema_regex *schema_regex_compile(const char *pattern, int flags,
+                                   char *err, size_t errlen);
+void schema_regex_free(schema_regex *re); /* accepts NULL */
+
+/* Searches s[0..len) (must be valid UTF-8).  1 = match, 0 = no match,
+ * -1 = a match/depth/heap limit was hit or PCRE2 failed. */
+int schema_regex_match(const schema_regex *re, const char *s, size_t len);
+
+/* The source pattern as given to schema_regex_compile (borrowed, valid
+ * while re lives). */
+const char *schema_regex_source(const schema_regex *re);
+
+/* Nonzero when pattern is a valid ECMA-262 regex (format "regex"). */
+int schema_regex_is_valid(const char *pattern);
+
+#endif

@@ -1,0 +1,39 @@
+/* util.h - small helpers shared by every module: clocks, UTF-8, base64,
+ * a growable string buffer. */
+#ifndef RETORT_UTIL_H
+#define RETORT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t util_mono_ms(void);  /* monotonic clock, milliseconds */
+uint64_t util_mono_us(void);  /* monotonic clock, microseconds */
+int64_t util_wall_ms(void);   /* wall clock, ms since the epoch */
+/* RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
+void util_rfc3339(int64_t wall_ms, char *buf, size_t len);
+
+/* 1 when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
+int util_utf8_valid(const char *s, size_t len);
+/* Number of code points of a valid UTF-8 string. */
+size_t util_utf8_len(const char *s, size_t len);
+/* Largest n <= max such that s[0..n) does not end inside a code point. */
+size_t util_utf8_trim(const char *s, size_t len, size_t max);
+
+/* base64 (RFC 4648, padded) of data; malloc'd, NUL-terminated. */
+char *util_base64(const unsigned char *data, size_t len);
+
+/* Growable buffer; always NUL-terminated once anything was appended. */
+typedef struct sbuf {
+    char *data;
+    size_t len;
+    size_t cap;
+} sbuf;
+
+int sbuf_append(sbuf *b, const char *s, size_t len);  /* 0 = ok */
+int sbuf_puts(sbuf *b, const char *s);
+int sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sbuf_free(sbuf *b);
+/* Returns the buffer (taken by the caller) and resets b. */
+char *sbuf_take(sbuf *b);
+
+#endif

@@ -1,0 +1,93 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "config.h"
+
+static void test_defaults_and_set(void **s) {
+    (void)s;
+    config *c = config_new();
+    char err[512];
+    assert_string_equal(config_get(c, "topics.jobs"), "retort.jobs");
+    assert_int_equal(config_get_int(c, "llm.max_inflight"), 64);
+    assert_int_equal(config_get_int(c, "retry.max_attempts"), 3);
+    assert_int_equal(config_set(c, "llm.max_inflight", "1000", err, sizeof(err)), 0);
+    assert_int_equal(config_get_int(c, "llm.max_inflight"), 1000);
+    /* bad key, bad value: errors that name the key */
+    assert_int_not_equal(config_set(c, "llm.max_inflite", "5", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "llm.max_inflite"));
+    assert_int_not_equal(config_set(c, "llm.max_inflight", "lots", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "llm.max_inflight"));
+    assert_int_not_equal(config_set(c, "llm.response_format", "maybe", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "auto|on|off"));
+    assert_int_not_equal(config_set(c, "schemas.format_assert", "perhaps", err, sizeof(err)), 0);
+    /* kafka.* goes through untouched */
+    assert_int_equal(config_set(c, "kafka.linger.ms", "20", err, sizeof(err)), 0);
+    assert_string_equal(config_get(c, "kafka.linger.ms"), "20");
+    config_free(c);
+    config_free(NULL);
+}
+
+static void test_file_env_precedence(void **s) {
+    (void)s;
+    char path[] = "/tmp/retort-test-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "# comment\n! also a comment\n\nllm.base_url = http://file:1/v1\n"
+               "kafka.bootstrap.servers=file:9092\nllm.max_inflight=10\n");
+    fclose(f);
+    config *c = config_new();
+    char err[512];
+    assert_int_equal(config_load_file(c, path, err, sizeof(err)), 0);
+    assert_string_equal(config_get(c, "llm.base_url"), "http://file:1/v1");
+    char *env[] = {"RETORT_LLM_BASE_URL=http://env:2/v1", "RETORT_KAFKA_BOOTSTRAP_SERVERS=env:9092",
+                   "PATH=/bin", "RETORT_CONFIG=/ignored", NULL};
+    assert_int_equal(config_load_env(c, env, err, sizeof(err)), 0);
+    assert_string_equal(config_get(c, "llm.base_url"), "http://env:2/v1");
+    assert_string_equal(config_get(c, "kafka.bootstrap.servers"), "env:9092");
+    assert_int_equal(config_get_int(c, "llm.max_inflight"), 10);
+    char *bad_env[] = {"RETORT_LLM_MAX_INFLIGHT=-3", NULL};
+    assert_int_not_equal(config_load_env(c, bad_env, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "RETORT_LLM_MAX_INFLIGHT"));
+    config_free(c);
+
+    f = fopen(path, "w");
+    fprintf(f, "llm.base_url=x\nnot a pair\n");
+    fclose(f);
+    c = config_new();
+    assert_int_not_equal(config_load_file(c, path, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, ":2:"));
+    config_free(c);
+    unlink(path);
+}
+
+static void test_secret_masked(void **s) {
+    (void)s;
+    config *c = config_new();
+    char err[256];
+    config_set(c, "redis.password", "hunter2", err, sizeof(err));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_dump(c, f);
+    fclose(f);
+    assert_null(strstr(buf, "hunter2"));
+    assert_non_null(strstr(buf, "redis.password=********"));
+    free(buf);
+    config_free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_set),
+        cmocka_unit_test(test_file_env_precedence),
+        cmocka_unit_test(test_secret_masked),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}

@@ -1,0 +1,97 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "extract.h"
+#include "util.h"
+
+static int ok(const char *text, const char *want_json) {
+    cJSON *v = NULL;
+    char err[256];
+    if (extract_json(text, strlen(text), &v, err, sizeof(err))) return 0;
+    cJSON *want = cJSON_Parse(want_json);
+    int same = cJSON_Compare(v, want, 1);
+    cJSON_Delete(v);
+    cJSON_Delete(want);
+    return same;
+}
+
+static int rejected(const char *text) {
+    cJSON *v = NULL;
+    char err[256] = "";
+    int rc = extract_json(text, strlen(text), &v, err, sizeof(err));
+    if (rc == 0) cJSON_Delete(v);
+    return rc != 0 && v == NULL && err[0];
+}
+
+static void test_plain(void **s) {
+    (void)s;
+    assert_true(ok("{\"a\":1}", "{\"a\":1}"));
+    assert_true(ok("  \n{\"a\": [1, 2]}\n\n", "{\"a\":[1,2]}"));
+    assert_true(ok("[1,2,3]", "[1,2,3]"));
+    assert_true(ok("\"just a string\"", "\"just a string\""));
+}
+
+static void test_fence(void **s) {
+    (void)s;
+    assert_true(ok("```json\n{\"a\":1}\n```", "{\"a\":1}"));
+    assert_true(ok("```\n{\"a\":1}\n```\n", "{\"a\":1}"));
+    assert_true(ok("Here is the result:\n```json\n{\"a\":1}\n```", "{\"a\":1}"));
+    assert_true(ok("Sure.\n```json\n{\"a\":1}\n```\nHope this helps!", "{\"a\":1}"));
+    /* two fences, or two lines of prose before: too loose */
+    assert_true(rejected("```json\n{\"a\":1}\n```\n```json\n{\"b\":2}\n```"));
+    assert_true(rejected("Line one.\nLine two.\n```json\n{\"a\":1}\n```"));
+    /* a fence around something that is not one value */
+    assert_true(rejected("```json\n{\"a\":1} {\"b\":2}\n```"));
+}
+
+static void test_prose(void **s) {
+    (void)s;
+    assert_true(ok("Here is the JSON you asked for:\n{\"a\":1}", "{\"a\":1}"));
+    assert_true(ok("{\"a\":1}\nLet me know if you need more.", "{\"a\":1}"));
+    assert_true(ok("Here it is:\n{\"a\":\n 1}\nDone.", "{\"a\":1}"));
+    assert_true(rejected("One.\nTwo.\n{\"a\":1}"));
+    assert_true(rejected("{\"a\":1}\nOne.\nTwo."));
+    assert_true(rejected("The answer is {\"a\":1} as requested"));
+    assert_true(rejected("{\"a\":1} trailing words"));
+}
+
+static void test_not_json(void **s) {
+    (void)s;
+    assert_true(rejected(""));
+    assert_true(rejected("   \n "));
+    assert_true(rejected("Sorry, I cannot produce that right now."));
+    assert_true(rejected("{\"a\":1"));
+    assert_true(rejected("{\"a\":1}{\"b\":2}"));
+    /* invalid UTF-8 is not JSON */
+    assert_true(rejected("{\"a\":\"\xff\xfe\"}"));
+    assert_true(rejected("{\"a\":\"\xed\xa0\x80\"}")); /* encoded surrogate */
+}
+
+static void test_utf8(void **s) {
+    (void)s;
+    assert_true(util_utf8_valid("h\xc3\xa9llo", 6));
+    assert_false(util_utf8_valid("\xc0\xaf", 2));          /* overlong */
+    assert_false(util_utf8_valid("\xe0\x80\xaf", 3));      /* overlong */
+    assert_false(util_utf8_valid("\xf4\x90\x80\x80", 4));  /* > U+10FFFF */
+    assert_false(util_utf8_valid("\xc3", 1));              /* cut */
+    assert_true(util_utf8_valid("\xf0\x9f\x98\x80", 4));
+    assert_int_equal(util_utf8_len("h\xc3\xa9\xf0\x9f\x98\x80", 7), 3);
+    /* trimming never splits a code point */
+    assert_int_equal(util_utf8_trim("a\xc3\xa9", 3, 2), 1);
+    char *b = util_base64((const unsigned char *)"foob", 4);
+    assert_string_equal(b, "Zm9vYg==");
+    free(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain), cmocka_unit_test(test_fence), cmocka_unit_test(test_prose),
+        cmocka_unit_test(test_not_json), cmocka_unit_test(test_utf8),
+    };
+    return cmocka_run_group_tests_name("extract", tests, NULL, NULL);
+}

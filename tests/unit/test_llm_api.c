@@ -1,0 +1,214 @@
+/* Wire formats (against the shapes in ../shared/llm-api), repair prompts and
+ * the conversation of a retry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "job.h"
+#include "llm_api.h"
+#include "reflect.h"
+#include "util.h"
+
+static char *slurp(const char *name) {
+    char path[512];
+    snprintf(path, sizeof(path), "../shared/llm-api/%s", name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(path, sizeof(path), "../../shared/llm-api/%s", name);
+        f = fopen(path, "rb");
+    }
+    if (!f) return NULL;
+    sbuf b = {0};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&b, buf, n);
+    fclose(f);
+    return sbuf_take(&b);
+}
+
+static void test_openai_shapes(void **s) {
+    (void)s;
+    char *body = slurp("openai-response.json");
+    if (!body) skip();
+    llm_api_result r;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, strlen(body), &r);
+    assert_int_equal(r.category, DECIDE_CAT_OK);
+    assert_non_null(r.text);
+    assert_true(r.prompt_tokens > 0 && r.completion_tokens > 0);
+    assert_string_equal(r.finish_reason, "stop");
+    llm_api_result_clear(&r);
+    free(body);
+
+    body = slurp("openai-refusal.json");
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, strlen(body), &r);
+    assert_int_equal(r.category, DECIDE_CAT_REFUSAL);
+    llm_api_result_clear(&r);
+    free(body);
+
+    body = slurp("openai-error-429.json");
+    llm_api_parse(LLM_PROVIDER_OPENAI, 429, body, strlen(body), &r);
+    assert_int_equal(r.category, DECIDE_CAT_RATE_LIMITED);
+    assert_non_null(strstr(r.error, "429"));
+    llm_api_result_clear(&r);
+    free(body);
+}
+
+static void test_anthropic_shapes(void **s) {
+    (void)s;
+    char *body = slurp("anthropic-response.json");
+    if (!body) skip();
+    llm_api_result r;
+    llm_api_parse(LLM_PROVIDER_ANTHROPIC, 200, body, strlen(body), &r);
+    assert_int_equal(r.category, DECIDE_CAT_OK);
+    assert_non_null(r.text);
+    assert_true(r.prompt_tokens > 0);
+    llm_api_result_clear(&r);
+    free(body);
+    body = slurp("anthropic-error-529.json");
+    llm_api_parse(LLM_PROVIDER_ANTHROPIC, 529, body, strlen(body), &r);
+    assert_int_equal(r.category, DECIDE_CAT_SERVER_ERROR);
+    llm_api_result_clear(&r);
+    free(body);
+}
+
+static void test_categories(void **s) {
+    (void)s;
+    llm_api_result r;
+    const char *len = "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"{\\\"a\\\":\"},"
+                      "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, len, strlen(len), &r);
+    assert_int_equal(r.category, DECIDE_CAT_TRUNCATED);
+    assert_int_equal(r.completion_tokens, 7);
+    llm_api_result_clear(&r);
+    const char *empty = "{\"choices\":[{\"message\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, empty, strlen(empty), &r);
+    assert_int_equal(r.category, DECIDE_CAT_EMPTY);
+    llm_api_result_clear(&r);
+    const char *ctx = "{\"error\":{\"message\":\"too long\",\"code\":\"context_length_exceeded\"}}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 400, ctx, strlen(ctx), &r);
+    assert_int_equal(r.category, DECIDE_CAT_CONTEXT_LENGTH);
+    llm_api_result_clear(&r);
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, "<html>", 6, &r);
+    assert_int_equal(r.category, DECIDE_CAT_SERVER_ERROR);
+    llm_api_result_clear(&r);
+    assert_int_equal(llm_api_status_category(401, NULL, NULL), DECIDE_CAT_AUTH);
+    assert_int_equal(llm_api_status_category(503, NULL, NULL), DECIDE_CAT_SERVER_ERROR);
+    assert_int_equal(llm_api_status_category(408, NULL, NULL), DECIDE_CAT_TIMEOUT);
+    assert_int_equal(llm_api_status_category(404, "model_not_found", NULL), DECIDE_CAT_BAD_REQUEST);
+    const char *refuse = "{\"content\":[],\"stop_reason\":\"refusal\",\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}";
+    llm_api_parse(LLM_PROVIDER_ANTHROPIC, 200, refuse, strlen(refuse), &r);
+    assert_int_equal(r.category, DECIDE_CAT_REFUSAL);
+    llm_api_result_clear(&r);
+}
+
+static void test_build_bodies(void **s) {
+    (void)s;
+    cJSON *sch = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},"
+                                "\"required\":[\"a\"],\"additionalProperties\":false}");
+    cJSON *msgs = cJSON_Parse("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"}]");
+    cJSON *params = cJSON_Parse("{\"temperature\":0.2,\"max_tokens\":50}");
+    llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", msgs, params, sch, "product.v1", LLM_RF_AUTO, 1024};
+    char *body = llm_api_build_body(&req);
+    cJSON *b = cJSON_Parse(body);
+    assert_string_equal(cJSON_GetObjectItem(b, "model")->valuestring, "m1");
+    cJSON *js = cJSON_GetObjectItem(cJSON_GetObjectItem(b, "response_format"), "json_schema");
+    assert_non_null(js);
+    assert_string_equal(cJSON_GetObjectItem(js, "name")->valuestring, "product_v1");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItem(js, "strict")));
+    assert_int_equal(cJSON_GetObjectItem(b, "max_tokens")->valueint, 50);
+    cJSON_Delete(b);
+    free(body);
+    /* off: no response_format */
+    req.response_format = LLM_RF_OFF;
+    body = llm_api_build_body(&req);
+    assert_null(strstr(body, "response_format"));
+    free(body);
+    /* a schema that is not strict-compatible is sent with strict false in auto */
+    cJSON *loose = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{}}}");
+    assert_false(llm_api_schema_is_strict(loose));
+    assert_true(llm_api_schema_is_strict(sch));
+    req.schema = loose;
+    req.response_format = LLM_RF_AUTO;
+    body = llm_api_build_body(&req);
+    assert_non_null(strstr(body, "\"strict\":false"));
+    free(body);
+    /* Anthropic: system at top level, max_tokens always there */
+    req.provider = LLM_PROVIDER_ANTHROPIC;
+    req.params = NULL;
+    body = llm_api_build_body(&req);
+    b = cJSON_Parse(body);
+    assert_string_equal(cJSON_GetObjectItem(b, "system")->valuestring, "S");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "messages")), 1);
+    assert_int_equal(cJSON_GetObjectItem(b, "max_tokens")->valueint, 1024);
+    assert_null(cJSON_GetObjectItem(b, "output_format")); /* auto: schema in the prompt */
+    cJSON_Delete(b);
+    free(body);
+    cJSON_Delete(loose);
+    cJSON_Delete(sch);
+    cJSON_Delete(msgs);
+    cJSON_Delete(params);
+}
+
+static void test_reflection_prompt(void **s) {
+    (void)s;
+    cJSON *v = cJSON_Parse("[{\"path\":\"/price\",\"code\":\"WRONG_TYPE\",\"message\":\"must be a number\","
+                           "\"expected\":\"number\",\"actual\":\"\\\"cheap\\\"\"},"
+                           "{\"path\":\"\",\"code\":\"MISSING_FIELD\",\"message\":\"sku is required\"}]");
+    reflect_input in = {NULL, 1, 3, "validation failed", v, "{}", "{\"price\":\"cheap\"}"};
+    char *p = reflect_render(&in);
+    assert_non_null(strstr(p, "attempt 1 of 3"));
+    assert_non_null(strstr(p, "- at /price: WRONG_TYPE: must be a number (expected: number; got: \"cheap\")"));
+    assert_non_null(strstr(p, "MISSING_FIELD: sku is required"));
+    free(p);
+    in.tmpl = "{attempt}/{max} {unknown} {previous_output} {schema}";
+    p = reflect_render(&in);
+    assert_string_equal(p, "1/3 {unknown} {\"price\":\"cheap\"} {}");
+    free(p);
+    cJSON_Delete(v);
+}
+
+static void test_retry_conversation(void **s) {
+    (void)s;
+    const char *msg = "{\"job_id\":\"j1\",\"schema\":\"x\",\"prompt\":\"P\",\"attempt\":2,"
+                      "\"reflection\":{\"attempt\":1,\"max_attempts\":3,\"reason\":\"r\",\"violations\":[],"
+                      "\"previous_output\":\"OLD\",\"prompt\":\"FIX /name\"}}";
+    job j = {0};
+    j.doc = cJSON_Parse(msg);
+    j.job_id = "j1";
+    j.attempt = 2;
+    j.max_attempts = 3;
+    j.reflection = cJSON_GetObjectItem(j.doc, "reflection");
+    cJSON *m = job_messages(&j, "{\"type\":\"object\"}");
+    assert_int_equal(cJSON_GetArraySize(m), 4); /* system, user, assistant, user */
+    assert_non_null(strstr(cJSON_GetArrayItem(m, 0)->child->next->valuestring, "JSON Schema:"));
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 1), "content")->valuestring, "P");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 2), "role")->valuestring, "assistant");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 2), "content")->valuestring, "OLD");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 3), "content")->valuestring, "FIX /name");
+    cJSON_Delete(m);
+    /* the next retry replaces the reflection: the conversation never grows */
+    cJSON *refl = cJSON_Parse("{\"attempt\":2,\"prompt\":\"FIX AGAIN\",\"previous_output\":\"NEWER\"}");
+    char *next = job_retry_value(&j, refl);
+    cJSON *n = cJSON_Parse(next);
+    assert_int_equal(cJSON_GetObjectItem(n, "attempt")->valueint, 3);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(n, "reflection"), "prompt")->valuestring, "FIX AGAIN");
+    assert_int_equal(cJSON_GetObjectItem(n, "max_attempts")->valueint, 3);
+    cJSON_Delete(n);
+    free(next);
+    cJSON_Delete(refl);
+    cJSON_Delete(j.doc);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes),
+        cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
+        cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
+    };
+    return cmocka_run_group_tests_name("llm_api", tests, NULL, NULL);
+}

@@ -1,0 +1,110 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "offsets.h"
+
+static void test_in_order(void **state) {
+    (void)state;
+    offsets *o = offsets_new();
+    uint64_t e = offsets_add(o, 0, 10);
+    offsets_add(o, 0, 11);
+    int64_t commit = -1;
+    assert_int_equal(offsets_done(o, 0, e, 10, &commit), 1);
+    assert_int_equal(commit, 11);
+    assert_int_equal(offsets_done(o, 0, e, 11, &commit), 1);
+    assert_int_equal(commit, 12);
+    assert_int_equal(offsets_pending(o), 0);
+    offsets_free(o);
+}
+
+static void test_out_of_order_no_gap(void **state) {
+    (void)state;
+    offsets *o = offsets_new();
+    uint64_t e = 0;
+    for (int64_t off = 100; off < 105; off++) e = offsets_add(o, 3, off);
+    int64_t commit = -1;
+    /* 101..103 finish first: nothing may be committed while 100 is pending */
+    assert_int_equal(offsets_done(o, 3, e, 102, &commit), 0);
+    assert_int_equal(offsets_done(o, 3, e, 101, &commit), 0);
+    assert_int_equal(offsets_done(o, 3, e, 103, &commit), 0);
+    assert_int_equal(commit, -1);
+    assert_int_equal(offsets_pending(o), 2);
+    assert_int_equal(offsets_done(o, 3, e, 100, &commit), 1);
+    assert_int_equal(commit, 104); /* 100..103 done, 104 pending */
+    assert_int_equal(offsets_done(o, 3, e, 104, &commit), 1);
+    assert_int_equal(commit, 105);
+    /* a second completion of the same offset is refused */
+    assert_int_equal(offsets_done(o, 3, e, 104, &commit), -1);
+    offsets_free(o);
+}
+
+static void test_partitions_and_epochs(void **state) {
+    (void)state;
+    offsets *o = offsets_new();
+    uint64_t e0 = offsets_add(o, 0, 5);
+    uint64_t e1 = offsets_add(o, 1, 7);
+    int64_t commit;
+    offsets_drop(o, 0);
+    assert_int_equal(offsets_pending(o), 1);
+    /* revoked: its completion is ignored */
+    assert_int_equal(offsets_done(o, 0, e0, 5, &commit), -1);
+    /* re-assigned: a new epoch, the old job's completion still ignored */
+    uint64_t e0b = offsets_add(o, 0, 5);
+    assert_true(e0b != e0);
+    assert_int_equal(offsets_done(o, 0, e0, 5, &commit), -1);
+    assert_int_equal(offsets_done(o, 0, e0b, 5, &commit), 1);
+    assert_int_equal(commit, 6);
+    assert_int_equal(offsets_done(o, 1, e1, 7, &commit), 1);
+    assert_int_equal(commit, 8);
+    offsets_free(o);
+}
+
+/* Many offsets in random completion order: the committed position only
+ * moves forward and always equals the lowest pending offset. */
+static void test_random_order(void **state) {
+    (void)state;
+    enum { N = 5000 };
+    offsets *o = offsets_new();
+    uint64_t e = 0;
+    for (int i = 0; i < N; i++) e = offsets_add(o, 0, 1000 + i);
+    int *perm = malloc(N * sizeof(int));
+    unsigned char *done = calloc(N, 1);
+    for (int i = 0; i < N; i++) perm[i] = i;
+    srand(7);
+    for (int i = N - 1; i > 0; i--) {
+        int k = rand() % (i + 1), t = perm[i];
+        perm[i] = perm[k];
+        perm[k] = t;
+    }
+    int64_t last = 1000;
+    int lowest = 0;
+    for (int i = 0; i < N; i++) {
+        int64_t commit = -1;
+        int rc = offsets_done(o, 0, e, 1000 + perm[i], &commit);
+        done[perm[i]] = 1;
+        while (lowest < N && done[lowest]) lowest++;
+        if (rc == 1) {
+            assert_true(commit > last);
+            last = commit;
+        }
+        assert_int_equal(last, 1000 + lowest);
+    }
+    assert_int_equal(last, 1000 + N);
+    free(perm);
+    free(done);
+    offsets_free(o);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_in_order),
+        cmocka_unit_test(test_out_of_order_no_gap),
+        cmocka_unit_test(test_partitions_and_epochs),
+        cmocka_unit_test(test_random_order),
+    };
+    return cmocka_run_group_tests_name("offsets", tests, NULL, NULL);
+}

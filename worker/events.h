@@ -1,0 +1,47 @@
+/* events.h - the JSON of everything Retort produces: final, escalation and
+ * dead-letter events, attempt records, and their CloudEvents headers
+ * (Kafka binding, binary mode).  The envelopes are JSON Schemas in
+ * schemas/events/. */
+#ifndef RETORT_EVENTS_H
+#define RETORT_EVENTS_H
+
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#include "job.h"
+
+typedef enum event_type {
+    EVENT_FINAL = 0,
+    EVENT_RETRY,
+    EVENT_ESCALATED,
+    EVENT_DEAD_LETTER
+} event_type;
+
+const char *events_ce_type(event_type type);   /* "retort.job.final", ... */
+
+/* CloudEvents headers.  The id is stable: <subject>:<attempt>:<kind>, so a
+ * republished outcome carries the same id. */
+typedef struct events_headers {
+    char id[320];
+    char time[40];
+    char subject[256];
+    const char *type;
+    const char *source;   /* borrowed */
+} events_headers;
+
+void events_headers_init(events_headers *h, event_type type, const char *subject, int attempt,
+                         const char *source, int64_t wall_ms);
+
+/* Sums usage over history records into a usage object. */
+cJSON *events_usage_total(const cJSON *history);
+
+/* history: borrowed (copied where kept).  Return values are taken. */
+cJSON *events_final(const job *j, const char *schema_name, const char *model,
+                    const cJSON *history, int64_t wall_ms);
+cJSON *events_escalation(const job *j, const char *schema_name, const char *model,
+                         const cJSON *history, int64_t wall_ms);
+cJSON *events_dead_letter(const char *reason, const cJSON *violations, const char *job_id,
+                          const char *topic, int32_t partition, int64_t offset, const char *key,
+                          size_t key_len, const char *value, size_t value_len, int64_t wall_ms);
+
+#endif

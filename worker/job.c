@@ -1,0 +1,125 @@
+#include "job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char *get_str(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int job_parse(const char *value, size_t len, const schema *envelope, int default_max_attempts,
+              int max_attempts_ceiling, job *out, cJSON **violations, char *job_id_out,
+              size_t job_id_len, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    *violations = NULL;
+    if (job_id_len) job_id_out[0] = '\0';
+    if (!value || !len) {
+        snprintf(err, errlen, "empty message");
+        return -1;
+    }
+    if (!util_utf8_valid(value, len)) {
+        snprintf(err, errlen, "message is not valid UTF-8");
+        return -1;
+    }
+    cJSON *doc = cJSON_ParseWithLength(value, len);
+    if (!doc) {
+        snprintf(err, errlen, "message is not JSON (error near byte %ld)",
+                 (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - value : 0));
+        return -1;
+    }
+    const char *id = get_str(doc, "job_id");
+    if (id && job_id_len) snprintf(job_id_out, job_id_len, "%s", id);
+    schema_violations sv = {0};
+    int rc = schema_validate(envelope, doc, &sv);
+    if (rc != 0) {
+        if (sv.count)
+            snprintf(err, errlen, "not a valid job: %s%s%s", sv.items[0].path[0] ? sv.items[0].path : "/",
+                     ": ", sv.items[0].message);
+        else
+            snprintf(err, errlen, "not a valid job");
+        *violations = schema_violations_to_json(&sv);
+        schema_violations_clear(&sv);
+        cJSON_Delete(doc);
+        return -1;
+    }
+    out->doc = doc;
+    out->job_id = get_str(doc, "job_id");
+    out->schema = cJSON_GetObjectItemCaseSensitive(doc, "schema");
+    out->model = get_str(doc, "model");
+    out->batch_id = get_str(doc, "batch_id");
+    out->params = cJSON_GetObjectItemCaseSensitive(doc, "params");
+    out->metadata = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
+    out->reflection = cJSON_GetObjectItemCaseSensitive(doc, "reflection");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "attempt");
+    out->attempt = cJSON_IsNumber(a) ? (int)a->valuedouble : 1;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(doc, "max_attempts");
+    int max = cJSON_IsNumber(m) ? (int)m->valuedouble : default_max_attempts;
+    if (max > max_attempts_ceiling) max = max_attempts_ceiling;
+    out->max_attempts = max;
+    return 0;
+}
+
+void job_clear(job *j) {
+    cJSON_Delete(j->doc);
+    memset(j, 0, sizeof(*j));
+}
+
+static void add_message(cJSON *arr, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(arr, m);
+}
+
+cJSON *job_messages(const job *j, const char *schema_text) {
+    cJSON *arr = cJSON_CreateArray();
+    sbuf sys = {0};
+    sbuf_puts(&sys, "Respond with only one JSON value that conforms to the JSON Schema of this task, "
+                    "with no text or code fence around it.");
+    if (schema_text) {
+        sbuf_puts(&sys, "\nJSON Schema:\n");
+        sbuf_puts(&sys, schema_text);
+    }
+    add_message(arr, "system", sys.data);
+    sbuf_free(&sys);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j->doc, "messages");
+    if (cJSON_IsArray(msgs)) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, msgs) {
+            cJSON *copy = cJSON_CreateObject();
+            cJSON_AddStringToObject(copy, "role", get_str(m, "role"));
+            cJSON_AddStringToObject(copy, "content", get_str(m, "content"));
+            cJSON_AddItemToArray(arr, copy);
+        }
+    } else {
+        add_message(arr, "user", get_str(j->doc, "prompt"));
+    }
+    if (cJSON_IsObject(j->reflection)) {
+        /* Bounded growth: the original conversation, the last output and
+         * one repair message; never every past attempt. */
+        const char *prev = get_str(j->reflection, "previous_output");
+        const char *prompt = get_str(j->reflection, "prompt");
+        add_message(arr, "assistant", prev && prev[0] ? prev : "(no output)");
+        add_message(arr, "user", prompt ? prompt : "Fix the previous answer.");
+    }
+    return arr;
+}
+
+char *job_retry_value(const job *j, const cJSON *reflection) {
+    cJSON *doc = cJSON_Duplicate(j->doc, 1);
+    if (!doc) return NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "attempt");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "reflection");
+    cJSON_AddNumberToObject(doc, "attempt", j->attempt + 1);
+    /* The resolved budget travels with the job so every worker agrees. */
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "max_attempts");
+    cJSON_AddNumberToObject(doc, "max_attempts", j->max_attempts);
+    cJSON_AddItemToObject(doc, "reflection", cJSON_Duplicate(reflection, 1));
+    char *s = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    return s;
+}

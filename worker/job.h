@@ -1,0 +1,43 @@
+/* job.h - a generation job as read from Kafka: parsing, envelope check,
+ * the messages sent to the model, and the retry job of the next attempt. */
+#ifndef RETORT_JOB_H
+#define RETORT_JOB_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#include "schema.h"
+
+typedef struct job {
+    cJSON *doc;              /* the parsed message value (owned) */
+    const char *job_id;      /* into doc */
+    const cJSON *schema;     /* string id or inline object, into doc */
+    const char *model;       /* into doc, or NULL */
+    const char *batch_id;    /* into doc, or NULL */
+    const cJSON *params;     /* into doc, or NULL */
+    const cJSON *metadata;   /* into doc, or NULL */
+    const cJSON *reflection; /* into doc, or NULL */
+    int attempt;             /* 1 when absent */
+    int max_attempts;        /* resolved: job's own (capped) or the default */
+} job;
+
+/* Parses value[0..len) and checks it against the job envelope (borrowed).
+ * 0 = ok.  On failure err says why; *violations (taken, may be NULL) lists
+ * the envelope violations and job_id_out receives the job id when one could
+ * be read (for the dead letter). */
+int job_parse(const char *value, size_t len, const schema *envelope, int default_max_attempts,
+              int max_attempts_ceiling, job *out, cJSON **violations, char *job_id_out,
+              size_t job_id_len, char *err, size_t errlen);
+void job_clear(job *j);
+
+/* The conversation for the model: a system instruction (with the schema
+ * text unless the API carries it: schema_text NULL), the job's messages or
+ * prompt, then, on a retry, the previous output as the assistant's turn and
+ * the repair prompt as the user's.  Taken by the caller. */
+cJSON *job_messages(const job *j, const char *schema_text);
+
+/* The retry job for attempt + 1: the original job with attempt and
+ * reflection replaced.  JSON text, taken by the caller. */
+char *job_retry_value(const job *j, const cJSON *reflection);
+
+#endif

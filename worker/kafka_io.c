@@ -1,0 +1,340 @@
+#include "kafka_io.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct kafka_io {
+    uv_loop_t *loop;
+    rd_kafka_t *consumer;
+    rd_kafka_t *producer;
+    rd_kafka_queue_t *cq;       /* consumer queue (main queue forwarded) */
+    rd_kafka_queue_t *pq;       /* producer main queue (delivery reports) */
+    rd_kafka_topic_t *jobs_topic;
+    char *jobs;
+    int cpipe[2], ppipe[2];
+    uv_poll_t cpoll, ppoll;
+    kafka_io_callbacks cbs;
+    rd_kafka_topic_partition_list_t *assignment;
+    int paused;
+    int stopped;
+    int draining;
+    int handles_open;
+};
+
+typedef struct conf_ctx {
+    rd_kafka_conf_t *conf;
+    const char *only;   /* "consumer." or "producer." sub-prefix to accept */
+    const char *skip;   /* the other one */
+    char *err;
+    size_t errlen;
+    int failed;
+} conf_ctx;
+
+static void conf_apply(const char *key, const char *value, void *ud) {
+    conf_ctx *cc = ud;
+    if (cc->failed) return;
+    if (!strncmp(key, cc->skip, strlen(cc->skip))) return;
+    if (!strncmp(key, cc->only, strlen(cc->only))) key += strlen(cc->only);
+    char errstr[512];
+    if (rd_kafka_conf_set(cc->conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        snprintf(cc->err, cc->errlen, "config key 'kafka.%s': %s", key, errstr);
+        cc->failed = 1;
+    }
+}
+
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+    if (level <= 3) log_error(NULL, 0, "kafka %s: %s", fac, buf);
+    else if (level <= 5) log_warn(NULL, 0, "kafka %s: %s", fac, buf);
+    else log_debug(NULL, 0, "kafka %s: %s", fac, buf);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    /* librdkafka retries by itself; only fatal errors end the process. */
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[512];
+        rd_kafka_fatal_error(rk, buf, sizeof(buf));
+        log_error(NULL, 0, "kafka fatal error: %s", buf);
+        exit(3);
+    }
+    log_warn(NULL, 0, "kafka: %s", reason);
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
+    kafka_io *k = opaque;
+    k->cbs.on_delivery(k->cbs.ud, msg->_private, msg->err);
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+    kafka_io *k = opaque;
+    int cooperative = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        log_info(NULL, 0, "assigned %d partition(s)", parts->cnt);
+        if (cooperative) rd_kafka_incremental_assign(rk, parts);
+        else rd_kafka_assign(rk, parts);
+        if (k->paused) rd_kafka_pause_partitions(rk, parts);
+    } else {
+        log_info(NULL, 0, "revoked %d partition(s)%s", parts->cnt,
+                 rd_kafka_assignment_lost(rk) ? " (lost)" : "");
+        if (k->cbs.on_revoke) k->cbs.on_revoke(k->cbs.ud, parts);
+        if (cooperative) rd_kafka_incremental_unassign(rk, parts);
+        else rd_kafka_assign(rk, NULL);
+    }
+    if (k->assignment) rd_kafka_topic_partition_list_destroy(k->assignment);
+    k->assignment = NULL;
+    rd_kafka_assignment(rk, &k->assignment);
+}
+
+static void drain_pipe(int fd) {
+    char buf[256];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+}
+
+void kafka_io_poll(kafka_io *k) {
+    if (k->draining) return; /* no re-entry from a callback */
+    k->draining = 1;
+    for (;;) {
+        rd_kafka_message_t *msg = rd_kafka_consumer_poll(k->consumer, 0);
+        if (!msg) break;
+        if (msg->err) {
+            if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                log_warn(NULL, 0, "consumer: %s", rd_kafka_message_errstr(msg));
+            rd_kafka_message_destroy(msg);
+            continue;
+        }
+        if (k->stopped) {
+            rd_kafka_message_destroy(msg);
+            continue;
+        }
+        int full = k->cbs.on_message(k->cbs.ud, msg);
+        if (full) {
+            /* At capacity with this message unhandled: rewind the
+             * partition to it and pause; resume fetches it again. */
+            rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+            rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(msg->rkt), msg->partition)
+                ->offset = msg->offset;
+            kafka_io_pause(k);
+            rd_kafka_seek_partitions(k->consumer, l, -1);
+            rd_kafka_topic_partition_list_destroy(l);
+            rd_kafka_message_destroy(msg);
+            break;
+        }
+        rd_kafka_message_destroy(msg);
+    }
+    k->draining = 0;
+}
+
+static void consumer_wakeup(uv_poll_t *h, int status, int events) {
+    kafka_io *k = h->data;
+    drain_pipe(k->cpipe[0]);
+    kafka_io_poll(k);
+}
+
+static void producer_wakeup(uv_poll_t *h, int status, int events) {
+    kafka_io *k = h->data;
+    drain_pipe(k->ppipe[0]);
+    while (rd_kafka_poll(k->producer, 0) > 0) {
+    }
+}
+
+static int make_pipe(int fds[2]) {
+    if (pipe(fds)) return -1;
+    for (int i = 0; i < 2; i++) {
+        fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+        fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+    }
+    return 0;
+}
+
+kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callbacks *cbs,
+                       char *err, size_t errlen) {
+    kafka_io *k = calloc(1, sizeof(*k));
+    rd_kafka_conf_t *cconf = NULL, *pconf = NULL;
+    char errstr[512];
+    if (!k) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    k->loop = loop;
+    k->cbs = *cbs;
+    k->cpipe[0] = k->cpipe[1] = k->ppipe[0] = k->ppipe[1] = -1;
+    k->jobs = strdup(config_get(cfg, "topics.jobs"));
+
+    /* Consumer: offsets are stored by the worker only when every message
+     * below is done, and auto-commit commits what is stored. */
+    cconf = rd_kafka_conf_new();
+    rd_kafka_conf_set(cconf, "enable.auto.offset.store", "false", NULL, 0);
+    rd_kafka_conf_set(cconf, "enable.auto.commit", "true", NULL, 0);
+    rd_kafka_conf_set(cconf, "auto.commit.interval.ms", "1000", NULL, 0);
+    rd_kafka_conf_set(cconf, "auto.offset.reset", "earliest", NULL, 0);
+    rd_kafka_conf_set(cconf, "session.timeout.ms", "10000", NULL, 0);
+    rd_kafka_conf_set(cconf, "heartbeat.interval.ms", "1000", NULL, 0);
+    rd_kafka_conf_set(cconf, "queued.max.messages.kbytes", "16384", NULL, 0);
+    conf_ctx cc = {cconf, "consumer.", "producer.", err, errlen, 0};
+    config_foreach_prefix(cfg, "kafka.", conf_apply, &cc);
+    if (cc.failed) goto fail;
+    rd_kafka_conf_set_log_cb(cconf, log_cb);
+    rd_kafka_conf_set_error_cb(cconf, error_cb);
+    rd_kafka_conf_set_rebalance_cb(cconf, rebalance_cb);
+    rd_kafka_conf_set_opaque(cconf, k);
+
+    pconf = rd_kafka_conf_new();
+    rd_kafka_conf_set(pconf, "enable.idempotence", "true", NULL, 0);
+    rd_kafka_conf_set(pconf, "linger.ms", "5", NULL, 0);
+    rd_kafka_conf_set(pconf, "compression.type", "lz4", NULL, 0);
+    rd_kafka_conf_set(pconf, "message.max.bytes", "1000000", NULL, 0);
+    conf_ctx pc = {pconf, "producer.", "consumer.", err, errlen, 0};
+    config_foreach_prefix(cfg, "kafka.", conf_apply, &pc);
+    if (pc.failed) goto fail;
+    /* group.id and other consumer keys are harmless for the producer but
+     * librdkafka warns about them; the shared kafka.* keys set them both. */
+    rd_kafka_conf_set_log_cb(pconf, log_cb);
+    rd_kafka_conf_set_error_cb(pconf, error_cb);
+    rd_kafka_conf_set_dr_msg_cb(pconf, dr_cb);
+    rd_kafka_conf_set_opaque(pconf, k);
+
+    k->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cconf, errstr, sizeof(errstr));
+    if (!k->consumer) {
+        snprintf(err, errlen, "kafka consumer: %s", errstr);
+        goto fail;
+    }
+    cconf = NULL;
+    k->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, errstr, sizeof(errstr));
+    if (!k->producer) {
+        snprintf(err, errlen, "kafka producer: %s", errstr);
+        goto fail;
+    }
+    pconf = NULL;
+    rd_kafka_poll_set_consumer(k->consumer);
+    k->cq = rd_kafka_queue_get_consumer(k->consumer);
+    k->pq = rd_kafka_queue_get_main(k->producer);
+    if (make_pipe(k->cpipe) || make_pipe(k->ppipe)) {
+        snprintf(err, errlen, "pipe: out of descriptors");
+        goto fail;
+    }
+    rd_kafka_queue_io_event_enable(k->cq, k->cpipe[1], "1", 1);
+    rd_kafka_queue_io_event_enable(k->pq, k->ppipe[1], "1", 1);
+    uv_poll_init(loop, &k->cpoll, k->cpipe[0]);
+    uv_poll_init(loop, &k->ppoll, k->ppipe[0]);
+    k->handles_open = 2;
+    k->cpoll.data = k->ppoll.data = k;
+    uv_poll_start(&k->cpoll, UV_READABLE, consumer_wakeup);
+    uv_poll_start(&k->ppoll, UV_READABLE, producer_wakeup);
+
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, k->jobs, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(k->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (e) {
+        snprintf(err, errlen, "subscribe %s: %s", k->jobs, rd_kafka_err2str(e));
+        goto fail;
+    }
+    return k;
+fail:
+    if (cconf) rd_kafka_conf_destroy(cconf);
+    if (pconf) rd_kafka_conf_destroy(pconf);
+    kafka_io_free(k, 0);
+    return NULL;
+}
+
+static void poll_close_cb(uv_handle_t *h) {
+    kafka_io *k = h->data;
+    if (--k->handles_open == 0) free(k);
+}
+
+void kafka_io_free(kafka_io *k, int timeout_ms) {
+    if (!k) return;
+    if (k->consumer) {
+        /* Close commits the stored offsets and leaves the group; it serves
+         * the rebalance callback itself. */
+        rd_kafka_consumer_close(k->consumer);
+    }
+    if (k->producer) {
+        rd_kafka_flush(k->producer, timeout_ms);
+        while (rd_kafka_poll(k->producer, 0) > 0) {
+        }
+    }
+    if (k->cq) {
+        rd_kafka_queue_io_event_enable(k->cq, -1, NULL, 0);
+        rd_kafka_queue_destroy(k->cq);
+    }
+    if (k->pq) {
+        rd_kafka_queue_io_event_enable(k->pq, -1, NULL, 0);
+        rd_kafka_queue_destroy(k->pq);
+    }
+    if (k->assignment) rd_kafka_topic_partition_list_destroy(k->assignment);
+    if (k->consumer) rd_kafka_destroy(k->consumer);
+    if (k->producer) rd_kafka_destroy(k->producer);
+    for (int i = 0; i < 2; i++) {
+        if (k->cpipe[i] >= 0) close(k->cpipe[i]);
+        if (k->ppipe[i] >= 0) close(k->ppipe[i]);
+    }
+    free(k->jobs);
+    k->consumer = k->producer = NULL;
+    /* The struct goes when the loop has closed both poll handles. */
+    if (k->handles_open) {
+        uv_poll_stop(&k->cpoll);
+        uv_close((uv_handle_t *)&k->cpoll, poll_close_cb);
+        uv_poll_stop(&k->ppoll);
+        uv_close((uv_handle_t *)&k->ppoll, poll_close_cb);
+    } else {
+        free(k);
+    }
+}
+
+int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char *value,
+                     size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
+                     char *err, size_t errlen) {
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new((size_t)nheaders);
+    for (int i = 0; i < nheaders; i++)
+        rd_kafka_header_add(hdrs, headers[i].name, -1, headers[i].value, -1);
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        k->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+        RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+    if (e) {
+        rd_kafka_headers_destroy(hdrs); /* not taken on failure */
+        snprintf(err, errlen, "produce to %s: %s", topic, rd_kafka_err2str(e));
+        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? 1 : -1;
+    }
+    return 0;
+}
+
+void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, k->jobs, partition)->offset = offset;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_store(k->consumer, l);
+    if (e && e != RD_KAFKA_RESP_ERR__STATE)
+        log_warn(NULL, 0, "offset store %s[%d]@%lld: %s", k->jobs, partition, (long long)offset,
+                 rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+void kafka_io_pause(kafka_io *k) {
+    if (k->paused) return;
+    k->paused = 1;
+    if (k->assignment && k->assignment->cnt) rd_kafka_pause_partitions(k->consumer, k->assignment);
+}
+
+void kafka_io_resume(kafka_io *k) {
+    if (!k->paused || k->stopped) return;
+    k->paused = 0;
+    if (k->assignment && k->assignment->cnt) rd_kafka_resume_partitions(k->consumer, k->assignment);
+}
+
+int kafka_io_paused(const kafka_io *k) { return k->paused; }
+
+void kafka_io_stop_consuming(kafka_io *k) {
+    kafka_io_pause(k);
+    k->stopped = 1;
+}
+
+int kafka_io_out_queue(const kafka_io *k) { return rd_kafka_outq_len(k->producer); }
+
+int kafka_io_assigned(const kafka_io *k) { return k->assignment ? k->assignment->cnt : 0; }

@@ -1,0 +1,58 @@
+/* kafka_io.h - the worker's Kafka clients on its libuv loop: a consumer in
+ * the group (manual offset store, auto commit of stored offsets) and an
+ * idempotent producer.  Both librdkafka queues wake the loop through
+ * rd_kafka_queue_io_event_enable; every wakeup drains the queue. */
+#ifndef RETORT_KAFKA_IO_H
+#define RETORT_KAFKA_IO_H
+
+#include <librdkafka/rdkafka.h>
+#include <uv.h>
+
+#include "config.h"
+
+typedef struct kafka_io kafka_io;
+
+typedef struct kafka_io_callbacks {
+    /* A message of the jobs topic.  Return 0 to take it, nonzero to stop
+     * draining (at capacity): kafka_io pauses and redelivers it later. msg
+     * is valid until the callback returns. */
+    int (*on_message)(void *ud, const rd_kafka_message_t *msg);
+    /* A produced message's delivery report; opaque is produce's. */
+    void (*on_delivery)(void *ud, void *opaque, rd_kafka_resp_err_t err);
+    /* Partitions are about to be revoked (or lost). */
+    void (*on_revoke)(void *ud, const rd_kafka_topic_partition_list_t *parts);
+    void *ud;
+} kafka_io_callbacks;
+
+typedef struct kafka_io_header {
+    const char *name;
+    const char *value;
+} kafka_io_header;
+
+kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callbacks *cbs,
+                       char *err, size_t errlen);
+/* Closes the consumer (commits stored offsets, leaves the group) and the
+ * producer after a flush of at most timeout_ms.  Accepts NULL. */
+void kafka_io_free(kafka_io *k, int timeout_ms);
+
+/* Produces value (borrowed, copied) to topic with key and headers.  0 =
+ * queued; the delivery report calls on_delivery(opaque). */
+int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char *value,
+                     size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
+                     char *err, size_t errlen);
+
+/* Stores offset (the next to consume) for commit. */
+void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset);
+
+/* Stop / restart fetching (backpressure).  Idempotent. */
+void kafka_io_pause(kafka_io *k);
+void kafka_io_resume(kafka_io *k);
+int kafka_io_paused(const kafka_io *k);
+/* Drains the consumer queue now (after resume). */
+void kafka_io_poll(kafka_io *k);
+/* Stops taking messages for good (shutdown): unsubscribes fetching. */
+void kafka_io_stop_consuming(kafka_io *k);
+int kafka_io_out_queue(const kafka_io *k);
+int kafka_io_assigned(const kafka_io *k);
+
+#endif

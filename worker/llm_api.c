@@ -1,0 +1,293 @@
+#include "llm_api.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int llm_api_provider_parse(const char *s, llm_provider *out) {
+    if (!strcmp(s, "openai")) *out = LLM_PROVIDER_OPENAI;
+    else if (!strcmp(s, "anthropic")) *out = LLM_PROVIDER_ANTHROPIC;
+    else return -1;
+    return 0;
+}
+
+int llm_api_response_format_parse(const char *s, llm_response_format *out) {
+    if (!strcmp(s, "auto")) *out = LLM_RF_AUTO;
+    else if (!strcmp(s, "on")) *out = LLM_RF_ON;
+    else if (!strcmp(s, "off")) *out = LLM_RF_OFF;
+    else return -1;
+    return 0;
+}
+
+int llm_api_sends_schema(llm_provider provider, llm_response_format rf) {
+    if (rf == LLM_RF_OFF) return 0;
+    if (provider == LLM_PROVIDER_ANTHROPIC) return rf == LLM_RF_ON;
+    return 1;
+}
+
+static int strict_walk(const cJSON *s, int depth) {
+    if (!cJSON_IsObject(s) || depth > 32) return cJSON_IsBool(s) ? 1 : depth <= 32;
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+    if (props) {
+        const cJSON *ap = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+        if (!cJSON_IsFalse(ap)) return 0;
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, props) {
+            int found = 0;
+            const cJSON *r;
+            cJSON_ArrayForEach(r, req)
+                if (cJSON_IsString(r) && !strcmp(r->valuestring, p->string)) found = 1;
+            if (!found || !strict_walk(p, depth + 1)) return 0;
+        }
+    }
+    static const char *const subs[] = {"items", "$defs", "definitions", "anyOf", "allOf", "oneOf"};
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, subs[i]);
+        if (!v) continue;
+        if (cJSON_IsArray(v) || (cJSON_IsObject(v) && i >= 1 && i <= 2)) {
+            const cJSON *c;
+            cJSON_ArrayForEach(c, v) if (!strict_walk(c, depth + 1)) return 0;
+        } else if (!strict_walk(v, depth + 1)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int llm_api_schema_is_strict(const cJSON *schema) { return strict_walk(schema, 0); }
+
+static void merge_params(cJSON *body, const cJSON *params, int anthropic) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, params) {
+        if (!p->string || !strcmp(p->string, "model") || !strcmp(p->string, "messages") ||
+            !strcmp(p->string, "stream"))
+            continue;
+        const char *name = p->string;
+        /* max_completion_tokens is OpenAI's newer spelling; Anthropic only
+         * knows max_tokens. */
+        if (anthropic && !strcmp(name, "max_completion_tokens")) name = "max_tokens";
+        cJSON_DeleteItemFromObjectCaseSensitive(body, name);
+        cJSON_AddItemToObject(body, name, cJSON_Duplicate(p, 1));
+    }
+}
+
+static void schema_name_copy(char *dst, size_t len, const char *src) {
+    size_t i = 0;
+    for (; src && src[i] && i + 1 < len && i < 64; i++)
+        dst[i] = (isalnum((unsigned char)src[i]) || src[i] == '-' || src[i] == '_') ? src[i] : '_';
+    dst[i] = '\0';
+    if (!i) snprintf(dst, len, "output");
+}
+
+static char *build_openai(const llm_api_request *req) {
+    cJSON *body = cJSON_CreateObject();
+    cJSON_AddStringToObject(body, "model", req->model);
+    cJSON_AddItemToObject(body, "messages", cJSON_Duplicate(req->messages, 1));
+    if (req->schema && llm_api_sends_schema(req->provider, req->response_format)) {
+        char name[72];
+        schema_name_copy(name, sizeof(name), req->schema_name);
+        cJSON *rf = cJSON_AddObjectToObject(body, "response_format");
+        cJSON_AddStringToObject(rf, "type", "json_schema");
+        cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+        cJSON_AddStringToObject(js, "name", name);
+        cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(req->schema, 1));
+        int strict = req->response_format == LLM_RF_ON || llm_api_schema_is_strict(req->schema);
+        cJSON_AddBoolToObject(js, "strict", strict);
+    }
+    merge_params(body, req->params, 0);
+    char *s = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    return s;
+}
+
+static char *build_anthropic(const llm_api_request *req) {
+    cJSON *body = cJSON_CreateObject();
+    cJSON_AddStringToObject(body, "model", req->model);
+    cJSON_AddNumberToObject(body, "max_tokens", req->default_max_tokens);
+    cJSON *msgs = cJSON_AddArrayToObject(body, "messages");
+    char *system = NULL;
+    size_t system_len = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, req->messages) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) {
+            if (cJSON_IsString(content)) {
+                size_t n = strlen(content->valuestring);
+                char *p = realloc(system, system_len + n + 3);
+                if (!p) continue;
+                system = p;
+                if (system_len) { memcpy(system + system_len, "\n\n", 2); system_len += 2; }
+                memcpy(system + system_len, content->valuestring, n + 1);
+                system_len += n;
+            }
+            continue;
+        }
+        cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, 1));
+    }
+    if (system) {
+        cJSON_AddStringToObject(body, "system", system);
+        free(system);
+    }
+    if (req->schema && llm_api_sends_schema(req->provider, req->response_format)) {
+        cJSON *of = cJSON_AddObjectToObject(body, "output_format");
+        cJSON_AddStringToObject(of, "type", "json_schema");
+        cJSON_AddItemToObject(of, "schema", cJSON_Duplicate(req->schema, 1));
+    }
+    merge_params(body, req->params, 1);
+    char *s = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    return s;
+}
+
+char *llm_api_build_body(const llm_api_request *req) {
+    return req->provider == LLM_PROVIDER_ANTHROPIC ? build_anthropic(req) : build_openai(req);
+}
+
+static const char *get_str(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static long get_long(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsNumber(v) ? (long)v->valuedouble : 0;
+}
+
+static int contains_ci(const char *hay, const char *needle) {
+    if (!hay) return 0;
+    size_t n = strlen(needle);
+    for (; *hay; hay++)
+        if (strncasecmp(hay, needle, n) == 0) return 1;
+    return 0;
+}
+
+decide_category llm_api_status_category(long status, const char *code, const char *message) {
+    if (status == 429) return DECIDE_CAT_RATE_LIMITED;
+    if (status == 408) return DECIDE_CAT_TIMEOUT;
+    if (status == 409 || status >= 500) return DECIDE_CAT_SERVER_ERROR;
+    if (status == 401 || status == 403) return DECIDE_CAT_AUTH;
+    if ((code && (!strcmp(code, "context_length_exceeded") || strstr(code, "context_length"))) ||
+        contains_ci(message, "context length") || contains_ci(message, "context window") ||
+        contains_ci(message, "prompt is too long"))
+        return DECIDE_CAT_CONTEXT_LENGTH;
+    return DECIDE_CAT_BAD_REQUEST;
+}
+
+static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(doc, "error");
+    const char *code = NULL, *message = NULL;
+    if (cJSON_IsObject(err)) {
+        code = get_str(err, "code");
+        if (!code) code = get_str(err, "type");
+        message = get_str(err, "message");
+    } else if (cJSON_IsString(err)) {
+        message = err->valuestring;
+    }
+    snprintf(out->error, sizeof(out->error), "HTTP %ld%s%s%s%s", status, code ? " " : "",
+             code ? code : "", message ? ": " : "", message ? message : "");
+    out->category = llm_api_status_category(status, code, message);
+}
+
+static void parse_openai(const cJSON *doc, llm_api_result *out) {
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(doc, "choices");
+    const cJSON *choice = cJSON_GetArrayItem(choices, 0);
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(doc, "usage");
+    out->prompt_tokens = get_long(usage, "prompt_tokens");
+    out->completion_tokens = get_long(usage, "completion_tokens");
+    if (!cJSON_IsObject(choice)) {
+        out->category = DECIDE_CAT_SERVER_ERROR;
+        snprintf(out->error, sizeof(out->error), "response has no choices");
+        return;
+    }
+    const char *fr = get_str(choice, "finish_reason");
+    snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", fr ? fr : "");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    const char *refusal = get_str(msg, "refusal");
+    const char *content = get_str(msg, "content");
+    if (content) out->text = strdup(content);
+    if (refusal) {
+        out->category = DECIDE_CAT_REFUSAL;
+        snprintf(out->error, sizeof(out->error), "refusal: %s", refusal);
+    } else if (fr && !strcmp(fr, "content_filter")) {
+        out->category = DECIDE_CAT_CONTENT_FILTER;
+        snprintf(out->error, sizeof(out->error), "output removed by the content filter");
+    } else if (fr && !strcmp(fr, "length")) {
+        out->category = DECIDE_CAT_TRUNCATED;
+        snprintf(out->error, sizeof(out->error), "output cut at max_tokens (finish_reason length)");
+    } else if (!content || !content[0]) {
+        out->category = DECIDE_CAT_EMPTY;
+        snprintf(out->error, sizeof(out->error), "empty answer");
+    } else {
+        out->category = DECIDE_CAT_OK;
+    }
+}
+
+static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(doc, "usage");
+    out->prompt_tokens = get_long(usage, "input_tokens");
+    out->completion_tokens = get_long(usage, "output_tokens");
+    const char *sr = get_str(doc, "stop_reason");
+    snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", sr ? sr : "");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
+    if (!cJSON_IsArray(content)) {
+        out->category = DECIDE_CAT_SERVER_ERROR;
+        snprintf(out->error, sizeof(out->error), "response has no content");
+        return;
+    }
+    size_t total = 0;
+    const cJSON *block;
+    cJSON_ArrayForEach(block, content) {
+        const char *type = get_str(block, "type"), *text = get_str(block, "text");
+        if (type && !strcmp(type, "text") && text) total += strlen(text);
+    }
+    out->text = malloc(total + 1);
+    if (out->text) {
+        size_t off = 0;
+        cJSON_ArrayForEach(block, content) {
+            const char *type = get_str(block, "type"), *text = get_str(block, "text");
+            if (type && !strcmp(type, "text") && text) {
+                size_t n = strlen(text);
+                memcpy(out->text + off, text, n);
+                off += n;
+            }
+        }
+        out->text[off] = '\0';
+    }
+    if (sr && !strcmp(sr, "refusal")) {
+        out->category = DECIDE_CAT_REFUSAL;
+        snprintf(out->error, sizeof(out->error), "refusal (stop_reason refusal)");
+    } else if (sr && !strcmp(sr, "max_tokens")) {
+        out->category = DECIDE_CAT_TRUNCATED;
+        snprintf(out->error, sizeof(out->error), "output cut at max_tokens (stop_reason max_tokens)");
+    } else if (!total) {
+        out->category = DECIDE_CAT_EMPTY;
+        snprintf(out->error, sizeof(out->error), "empty answer");
+    } else {
+        out->category = DECIDE_CAT_OK;
+    }
+}
+
+void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
+                   llm_api_result *out) {
+    memset(out, 0, sizeof(*out));
+    cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
+    if (status < 200 || status >= 300) {
+        parse_error(status, doc, out);
+    } else if (!doc) {
+        out->category = DECIDE_CAT_SERVER_ERROR;
+        snprintf(out->error, sizeof(out->error), "HTTP %ld with a body that is not JSON", status);
+    } else if (provider == LLM_PROVIDER_ANTHROPIC) {
+        parse_anthropic(doc, out);
+    } else {
+        parse_openai(doc, out);
+    }
+    cJSON_Delete(doc);
+}
+
+void llm_api_result_clear(llm_api_result *r) {
+    free(r->text);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,57 @@
+/* llm_api.h - the wire formats of the LLM APIs Retort speaks: building a
+ * request body and reading a response into a category, text and usage.
+ * Pure functions (no I/O); llm_client moves the bytes. */
+#ifndef RETORT_LLM_API_H
+#define RETORT_LLM_API_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#include "decide.h"
+
+typedef enum llm_provider { LLM_PROVIDER_OPENAI = 0, LLM_PROVIDER_ANTHROPIC } llm_provider;
+typedef enum llm_response_format { LLM_RF_AUTO = 0, LLM_RF_ON, LLM_RF_OFF } llm_response_format;
+
+int llm_api_provider_parse(const char *s, llm_provider *out);          /* 0 = ok */
+int llm_api_response_format_parse(const char *s, llm_response_format *out);
+
+typedef struct llm_api_request {
+    llm_provider provider;
+    const char *model;
+    const cJSON *messages;      /* OpenAI style [{role, content}], system included; borrowed */
+    const cJSON *params;        /* object merged at top level (temperature, ...) or NULL */
+    const cJSON *schema;        /* output schema or NULL */
+    const char *schema_name;    /* [a-zA-Z0-9_-]; others become '_' */
+    llm_response_format response_format;
+    int default_max_tokens;     /* used when params set none (Anthropic requires it) */
+} llm_api_request;
+
+/* Returns the JSON body (malloc'd, taken by the caller) or NULL on OOM. */
+char *llm_api_build_body(const llm_api_request *req);
+
+/* 1 when the schema is sent to the API itself (response_format / output_format),
+ * so the prompt need not carry it. */
+int llm_api_sends_schema(llm_provider provider, llm_response_format rf);
+
+/* 1 when the schema meets OpenAI's strict mode: every object closes
+ * additionalProperties and requires all of its properties. */
+int llm_api_schema_is_strict(const cJSON *schema);
+
+typedef struct llm_api_result {
+    decide_category category;  /* OK: text holds the answer */
+    char *text;                /* malloc'd, or NULL */
+    char finish_reason[32];
+    long prompt_tokens;
+    long completion_tokens;
+    char error[256];           /* provider's error message, if any */
+} llm_api_result;
+
+/* Reads a response.  status: HTTP status (> 0).  body: borrowed. */
+void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
+                   llm_api_result *out);
+void llm_api_result_clear(llm_api_result *r);
+
+/* The category of an HTTP status and error body (4xx/5xx). */
+decide_category llm_api_status_category(long status, const char *error_code, const char *message);
+
+#endif

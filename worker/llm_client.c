@@ -1,0 +1,354 @@
+#include "llm_client.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+struct llm_call {
+    llm_client *client;
+    CURL *easy;
+    struct curl_slist *headers;
+    char *body;
+    char *resp;
+    size_t resp_len, resp_cap;
+    int too_large;
+    long retry_after_ms;
+    int should_retry;
+    llm_client_cb cb;
+    void *ud;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+/* One per socket curl watches; closed asynchronously by libuv. */
+typedef struct sock_ctx {
+    uv_poll_t poll;
+    curl_socket_t fd;
+    llm_client *client;
+} sock_ctx;
+
+struct llm_client {
+    uv_loop_t *loop;
+    CURLM *multi;
+    uv_timer_t timer;
+    llm_provider provider;
+    char *url;
+    char *auth_header;     /* secret: never logged */
+    char *version_header;
+    long timeout_ms, connect_timeout_ms;
+    size_t max_response_bytes;
+    size_t inflight;
+    CURL **idle;           /* easy handles kept for reuse */
+    size_t idle_count, idle_cap;
+};
+
+static void check_done(llm_client *c);
+
+static void poll_cb(uv_poll_t *handle, int status, int events) {
+    sock_ctx *sc = handle->data;
+    llm_client *c = sc->client;
+    int flags = 0;
+    if (status < 0) flags = CURL_CSELECT_ERR;
+    if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+    if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+    int running;
+    curl_multi_socket_action(c->multi, sc->fd, flags, &running);
+    check_done(c);
+}
+
+static void sock_close_cb(uv_handle_t *h) { free(h->data); }
+
+static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
+    llm_client *c = userp;
+    sock_ctx *sc = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (sc) {
+            uv_poll_stop(&sc->poll);
+            uv_close((uv_handle_t *)&sc->poll, sock_close_cb);
+            curl_multi_assign(c->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (!sc) {
+        sc = calloc(1, sizeof(*sc));
+        if (!sc) return -1;
+        sc->fd = fd;
+        sc->client = c;
+        if (uv_poll_init_socket(c->loop, &sc->poll, fd) != 0) {
+            free(sc);
+            return -1;
+        }
+        sc->poll.data = sc;
+        curl_multi_assign(c->multi, fd, sc);
+    }
+    int events = 0;
+    if (what & CURL_POLL_IN) events |= UV_READABLE;
+    if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
+    uv_poll_start(&sc->poll, events, poll_cb);
+    return 0;
+}
+
+static void timer_cb(uv_timer_t *t) {
+    llm_client *c = t->data;
+    int running;
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(c);
+}
+
+static int timer_fn(CURLM *multi, long timeout_ms, void *userp) {
+    llm_client *c = userp;
+    if (timeout_ms < 0) uv_timer_stop(&c->timer);
+    else uv_timer_start(&c->timer, timer_cb, (uint64_t)timeout_ms, 0);
+    return 0;
+}
+
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
+    llm_call *call = ud;
+    size_t n = size * nmemb;
+    if (call->resp_len + n > call->client->max_response_bytes) {
+        call->too_large = 1;
+        return 0; /* aborts the transfer: the cap holds whatever the server sends */
+    }
+    if (call->resp_len + n + 1 > call->resp_cap) {
+        size_t cap = call->resp_cap ? call->resp_cap : 4096;
+        while (cap < call->resp_len + n + 1) cap *= 2;
+        char *p = realloc(call->resp, cap);
+        if (!p) return 0;
+        call->resp = p;
+        call->resp_cap = cap;
+    }
+    memcpy(call->resp + call->resp_len, ptr, n);
+    call->resp_len += n;
+    call->resp[call->resp_len] = '\0';
+    return n;
+}
+
+static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud) {
+    llm_call *call = ud;
+    size_t n = size * nitems;
+    char line[256];
+    if (n >= sizeof(line)) return n;
+    memcpy(line, buf, n);
+    line[n] = '\0';
+    char *colon = strchr(line, ':');
+    if (!colon) {
+        /* A new status line (redirect, 100-continue): forget earlier headers. */
+        if (!strncmp(line, "HTTP/", 5)) {
+            call->retry_after_ms = -1;
+            call->should_retry = -1;
+        }
+        return n;
+    }
+    *colon = '\0';
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    char *e = v + strlen(v);
+    while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ')) *--e = '\0';
+    if (!strcasecmp(line, "retry-after-ms")) {
+        double ms = strtod(v, NULL);
+        if (ms >= 0) call->retry_after_ms = (long)ms;
+    } else if (!strcasecmp(line, "retry-after") && call->retry_after_ms < 0) {
+        char *end;
+        double secs = strtod(v, &end);
+        if (end != v && *end == '\0') {
+            call->retry_after_ms = (long)(secs * 1000);
+        } else {
+            time_t when = curl_getdate(v, NULL);
+            if (when > 0) {
+                long ms = (long)((int64_t)when * 1000 - util_wall_ms());
+                call->retry_after_ms = ms > 0 ? ms : 0;
+            }
+        }
+    } else if (!strcasecmp(line, "x-should-retry")) {
+        call->should_retry = !strcasecmp(v, "true") ? 1 : !strcasecmp(v, "false") ? 0 : -1;
+    }
+    return n;
+}
+
+static void call_free(llm_call *call) {
+    llm_client *c = call->client;
+    if (call->easy) {
+        /* Keep the handle: reuse spares its setup; the connection cache
+         * lives in the multi handle. */
+        curl_easy_reset(call->easy);
+        if (c->idle_count < c->idle_cap) c->idle[c->idle_count++] = call->easy;
+        else curl_easy_cleanup(call->easy);
+    }
+    curl_slist_free_all(call->headers);
+    free(call->body);
+    free(call->resp);
+    free(call);
+}
+
+static void check_done(llm_client *c) {
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(c->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        /* msg is valid only until the next curl call: copy what we need. */
+        CURL *easy = msg->easy_handle;
+        CURLcode code = msg->data.result;
+        llm_call *call = NULL;
+        curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&call);
+        curl_multi_remove_handle(c->multi, easy);
+        c->inflight--;
+        llm_response resp = {0};
+        resp.retry_after_ms = call->retry_after_ms;
+        resp.should_retry = call->should_retry;
+        double total = 0;
+        curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME, &total);
+        resp.latency_ms = total * 1000.0;
+        if (code == CURLE_OK) {
+            curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &resp.status);
+            resp.body = call->resp ? call->resp : "";
+            resp.body_len = call->resp_len;
+        } else {
+            resp.status = 0;
+            resp.transport = code == CURLE_OPERATION_TIMEDOUT ? DECIDE_CAT_TIMEOUT : DECIDE_CAT_NETWORK;
+            if (call->too_large) resp.error = "response larger than llm.max_response_bytes";
+            else resp.error = call->errbuf[0] ? call->errbuf : curl_easy_strerror(code);
+        }
+        call->cb(call->ud, &resp);
+        call_free(call);
+    }
+}
+
+llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char *err, size_t errlen) {
+    static int global_done;
+    if (!global_done) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        global_done = 1;
+    }
+    llm_client *c = calloc(1, sizeof(*c));
+    if (!c) goto fail;
+    c->loop = loop;
+    c->provider = opts->provider;
+    c->timeout_ms = opts->timeout_ms;
+    c->connect_timeout_ms = opts->connect_timeout_ms;
+    c->max_response_bytes = opts->max_response_bytes;
+    const char *base = opts->base_url;
+    size_t blen = strlen(base);
+    while (blen && base[blen - 1] == '/') blen--;
+    const char *path = opts->provider == LLM_PROVIDER_ANTHROPIC ? "/messages" : "/chat/completions";
+    if (asprintf(&c->url, "%.*s%s", (int)blen, base, path) < 0) { c->url = NULL; goto fail; }
+    if (opts->api_key && opts->api_key[0]) {
+        int rc = opts->provider == LLM_PROVIDER_ANTHROPIC
+                     ? asprintf(&c->auth_header, "x-api-key: %s", opts->api_key)
+                     : asprintf(&c->auth_header, "Authorization: Bearer %s", opts->api_key);
+        if (rc < 0) { c->auth_header = NULL; goto fail; }
+    }
+    if (opts->provider == LLM_PROVIDER_ANTHROPIC &&
+        asprintf(&c->version_header, "anthropic-version: %s",
+                 opts->anthropic_version ? opts->anthropic_version : "2023-06-01") < 0) {
+        c->version_header = NULL;
+        goto fail;
+    }
+    c->idle_cap = 1024;
+    c->idle = calloc(c->idle_cap, sizeof(*c->idle));
+    c->multi = curl_multi_init();
+    if (!c->idle || !c->multi) goto fail;
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, timer_fn);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 100000L);
+    uv_timer_init(loop, &c->timer);
+    c->timer.data = c;
+    return c;
+fail:
+    snprintf(err, errlen, "llm client: out of memory");
+    if (c) {
+        if (c->multi) curl_multi_cleanup(c->multi);
+        free(c->idle);
+        free(c->url);
+        free(c->auth_header);
+        free(c->version_header);
+        free(c);
+    }
+    return NULL;
+}
+
+int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body,
+                      llm_client_cb cb, void *ud, llm_call **out) {
+    llm_call *call = calloc(1, sizeof(*call));
+    if (!call) {
+        free(body);
+        return -1;
+    }
+    call->client = c;
+    call->body = body;
+    call->cb = cb;
+    call->ud = ud;
+    call->retry_after_ms = -1;
+    call->should_retry = -1;
+    call->easy = c->idle_count ? c->idle[--c->idle_count] : curl_easy_init();
+    if (!call->easy) goto fail;
+    char line[512];
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    h = curl_slist_append(h, "Expect:");
+    if (c->auth_header) h = curl_slist_append(h, c->auth_header);
+    if (c->version_header) h = curl_slist_append(h, c->version_header);
+    snprintf(line, sizeof(line), "X-Retort-Job-Id: %s", job_id);
+    h = curl_slist_append(h, line);
+    snprintf(line, sizeof(line), "X-Retort-Attempt: %d", attempt);
+    h = curl_slist_append(h, line);
+    if (!h) goto fail;
+    call->headers = h;
+    CURL *e = call->easy;
+    curl_easy_setopt(e, CURLOPT_URL, c->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->headers);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(call->body));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, call);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    if (curl_multi_add_handle(c->multi, e) != CURLM_OK) goto fail;
+    c->inflight++;
+    if (out) *out = call;
+    return 0;
+fail:
+    call_free(call);
+    return -1;
+}
+
+void llm_client_cancel(llm_client *c, llm_call *call) {
+    curl_multi_remove_handle(c->multi, call->easy);
+    c->inflight--;
+    call_free(call);
+}
+
+size_t llm_client_inflight(const llm_client *c) { return c->inflight; }
+
+static void timer_close_cb(uv_handle_t *h) {
+    llm_client *c = h->data;
+    free(c);
+}
+
+void llm_client_free(llm_client *c) {
+    if (!c) return;
+    /* Calls still in flight belong to their owners, who cancel them first;
+     * what remains here is the idle pool and the multi handle. */
+    for (size_t i = 0; i < c->idle_count; i++) curl_easy_cleanup(c->idle[i]);
+    curl_multi_cleanup(c->multi);
+    free(c->idle);
+    free(c->url);
+    free(c->auth_header);
+    free(c->version_header);
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, timer_close_cb);
+}

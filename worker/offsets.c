@@ -1,0 +1,132 @@
+#include "offsets.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A ring of in-flight offsets in arrival (= increasing) order.  Completion
+ * marks an entry; the head is popped while done.  Lookup is a binary search
+ * since entries stay sorted. */
+typedef struct part {
+    int32_t partition;
+    uint64_t epoch;
+    int64_t *offs;
+    unsigned char *done;
+    size_t head, count, cap;
+    struct part *next;
+} part;
+
+struct offsets {
+    part *parts;
+    uint64_t next_epoch;
+    size_t pending;
+};
+
+offsets *offsets_new(void) {
+    offsets *o = calloc(1, sizeof(*o));
+    if (o) o->next_epoch = 1;
+    return o;
+}
+
+static void part_free(part *p) {
+    free(p->offs);
+    free(p->done);
+    free(p);
+}
+
+void offsets_free(offsets *o) {
+    if (!o) return;
+    offsets_drop_all(o);
+    free(o);
+}
+
+static part *find(const offsets *o, int32_t partition) {
+    for (part *p = o->parts; p; p = p->next)
+        if (p->partition == partition) return p;
+    return NULL;
+}
+
+static int grow(part *p) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    int64_t *offs = malloc(cap * sizeof(*offs));
+    unsigned char *done = malloc(cap);
+    if (!offs || !done) {
+        free(offs);
+        free(done);
+        return -1;
+    }
+    for (size_t i = 0; i < p->count; i++) {
+        size_t j = (p->head + i) % (p->cap ? p->cap : 1);
+        offs[i] = p->offs[j];
+        done[i] = p->done[j];
+    }
+    free(p->offs);
+    free(p->done);
+    p->offs = offs;
+    p->done = done;
+    p->head = 0;
+    p->cap = cap;
+    return 0;
+}
+
+uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset) {
+    part *p = find(o, partition);
+    if (!p) {
+        p = calloc(1, sizeof(*p));
+        if (!p) return 0;
+        p->partition = partition;
+        p->epoch = o->next_epoch++;
+        p->next = o->parts;
+        o->parts = p;
+    }
+    if (p->count == p->cap && grow(p)) return 0;
+    size_t idx = (p->head + p->count) % p->cap;
+    p->offs[idx] = offset;
+    p->done[idx] = 0;
+    p->count++;
+    o->pending++;
+    return p->epoch;
+}
+
+int offsets_done(offsets *o, int32_t partition, uint64_t epoch, int64_t offset, int64_t *commit) {
+    part *p = find(o, partition);
+    if (!p || p->epoch != epoch || p->count == 0) return -1;
+    size_t lo = 0, hi = p->count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->offs[(p->head + mid) % p->cap] < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == p->count) return -1;
+    size_t idx = (p->head + lo) % p->cap;
+    if (p->offs[idx] != offset || p->done[idx]) return -1;
+    p->done[idx] = 1;
+    o->pending--;
+    if (lo != 0) return 0;
+    int64_t last = offset;
+    while (p->count && p->done[p->head]) {
+        last = p->offs[p->head];
+        p->head = (p->head + 1) % p->cap;
+        p->count--;
+    }
+    *commit = last + 1;
+    return 1;
+}
+
+void offsets_drop(offsets *o, int32_t partition) {
+    for (part **pp = &o->parts; *pp; pp = &(*pp)->next) {
+        if ((*pp)->partition == partition) {
+            part *p = *pp;
+            for (size_t i = 0; i < p->count; i++)
+                if (!p->done[(p->head + i) % p->cap]) o->pending--;
+            *pp = p->next;
+            part_free(p);
+            return;
+        }
+    }
+}
+
+void offsets_drop_all(offsets *o) {
+    while (o->parts) offsets_drop(o, o->parts->partition);
+}
+
+size_t offsets_pending(const offsets *o) { return o->pending; }

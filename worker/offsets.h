@@ -1,0 +1,36 @@
+/* offsets.h - per-partition tracking of messages in flight, so that jobs may
+ * finish in any order while the committed offset only ever covers messages
+ * that are all done ("no gap below it").
+ *
+ * Every tracked partition has an epoch; a job remembers the epoch it was
+ * received in, and completions from an older epoch (the partition was
+ * revoked meanwhile) are ignored. */
+#ifndef RETORT_OFFSETS_H
+#define RETORT_OFFSETS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct offsets offsets;
+
+offsets *offsets_new(void);
+void offsets_free(offsets *o); /* accepts NULL */
+
+/* Registers a received message.  Offsets of one partition must arrive in
+ * increasing order (as Kafka delivers them).  Returns the partition's epoch,
+ * or 0 on allocation failure. */
+uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset);
+
+/* Marks a message done.  Returns 1 and sets *commit (the next offset to
+ * consume, i.e. what to store) when the committable position advanced; 0
+ * when it did not; -1 when the partition/epoch is not tracked. */
+int offsets_done(offsets *o, int32_t partition, uint64_t epoch, int64_t offset, int64_t *commit);
+
+/* Forgets a partition (revoked).  Its outstanding jobs become stale. */
+void offsets_drop(offsets *o, int32_t partition);
+void offsets_drop_all(offsets *o);
+
+/* Messages received and not yet done, over all partitions. */
+size_t offsets_pending(const offsets *o);
+
+#endif

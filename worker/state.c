@@ -1,0 +1,428 @@
+#include "state.h"
+
+#include <hiredis/adapters/libuv.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+/* BEGIN: decides what a received job message means. */
+static const char script_begin[] =
+    "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published')\n"
+    "local cur = tonumber(f[1]) or 0\n"
+    "local status = f[2] or ''\n"
+    "local pub = tonumber(f[3]) or 0\n"
+    "local att = tonumber(ARGV[1])\n"
+    "if status == 'final' or status == 'escalated' then\n"
+    "  local r = {'done', status, cur, pub}\n"
+    "  if pub < cur then\n"
+    "    for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
+    "  end\n"
+    "  return r\n"
+    "end\n"
+    "if cur > att then return {'stale', status, cur, pub} end\n"
+    "if cur == att and status == 'retrying' then\n"
+    "  local r = {'retried', status, cur, pub}\n"
+    "  if pub < cur then\n"
+    "    local last = redis.call('LINDEX', KEYS[2], -1)\n"
+    "    if last then r[5] = last end\n"
+    "  end\n"
+    "  return r\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'attempt', att, 'status', 'running', 'owner', ARGV[4],\n"
+    "           'max_attempts', ARGV[2], 'updated', ARGV[3])\n"
+    "redis.call('HSETNX', KEYS[1], 'created', ARGV[3])\n"
+    "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'batch_id', ARGV[6]) end\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
+    "return {'go', 'running', att, pub}\n";
+
+/* FINISH: records an attempt's outcome, once, if we still own it. */
+static const char script_finish[] =
+    "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded')\n"
+    "local att = tonumber(ARGV[2])\n"
+    "if f[1] ~= ARGV[1] or tonumber(f[2]) ~= att then\n"
+    "  return {'superseded', f[3] or '', tonumber(f[2]) or 0, 0}\n"
+    "end\n"
+    "if (tonumber(f[4]) or 0) ~= att then\n"
+    "  redis.call('RPUSH', KEYS[2], ARGV[4])\n"
+    "  redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[7])\n"
+    "  redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[8])\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'status', ARGV[3], 'recorded', att, 'updated', ARGV[5])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
+    "redis.call('EXPIRE', KEYS[2], ARGV[6])\n"
+    "local r = {'ok', ARGV[3], att, 0}\n"
+    "if ARGV[3] ~= 'retrying' then\n"
+    "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
+    "end\n"
+    "return r\n";
+
+/* PUBLISHED: the outcome event of an attempt was delivered. */
+static const char script_published[] =
+    "local p = tonumber(redis.call('HGET', KEYS[1], 'published')) or 0\n"
+    "if p < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'published', ARGV[1]) p = tonumber(ARGV[1]) end\n"
+    "return {'ok', redis.call('HGET', KEYS[1], 'status') or '', 0, p}\n";
+
+enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_COUNT };
+static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published};
+
+#define OP_MAX_ARGS 16
+
+typedef struct state_op {
+    state *st;
+    int script;
+    int nkeys;
+    int argc;                  /* ARGV count after the keys */
+    char *args[OP_MAX_ARGS];   /* keys then argv, owned */
+    size_t lens[OP_MAX_ARGS];
+    state_cb cb;
+    void *ud;
+    int sent;                  /* on the wire now */
+    struct state_op *next;     /* queue while disconnected */
+} state_op;
+
+struct state {
+    uv_loop_t *loop;
+    redisAsyncContext *ac;
+    int connected;
+    int closing;
+    char *host, *password, *prefix;
+    int port, db;
+    long ttl_s;
+    char sha[SCRIPT_COUNT][41];
+    state_op *queue_head, *queue_tail;  /* waiting for a connection */
+    size_t pending;                     /* ops not yet completed */
+    uv_timer_t reconnect;
+    uint64_t backoff_ms;
+    state_conn_cb conn_cb;
+    void *conn_ud;
+};
+
+static void connect_now(state *st);
+static void op_send(state *st, state_op *op);
+
+static void op_free(state_op *op) {
+    for (int i = 0; i < op->nkeys + op->argc; i++) free(op->args[i]);
+    free(op);
+}
+
+static void enqueue(state *st, state_op *op) {
+    op->sent = 0;
+    op->next = NULL;
+    if (st->queue_tail) st->queue_tail->next = op;
+    else st->queue_head = op;
+    st->queue_tail = op;
+}
+
+static void flush_queue(state *st) {
+    while (st->connected && st->queue_head) {
+        state_op *op = st->queue_head;
+        st->queue_head = op->next;
+        if (!st->queue_head) st->queue_tail = NULL;
+        op_send(st, op);
+    }
+}
+
+static void complete(state_op *op, const redisReply *r) {
+    state_reply rep = {0};
+    rep.status = "";
+    cJSON *history = NULL;
+    char err[256];
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, sizeof(err), "redis: %s", r->str);
+        rep.verdict = STATE_ERROR;
+        rep.error = err;
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 ||
+               r->element[0]->type != REDIS_REPLY_STRING) {
+        rep.verdict = STATE_ERROR;
+        rep.error = "redis: unexpected script reply";
+    } else {
+        const char *v = r->element[0]->str;
+        rep.verdict = !strcmp(v, "go") ? STATE_GO
+                      : !strcmp(v, "done") ? STATE_DONE
+                      : !strcmp(v, "stale") ? STATE_STALE
+                      : !strcmp(v, "retried") ? STATE_RETRIED
+                      : !strcmp(v, "superseded") ? STATE_SUPERSEDED
+                                                 : STATE_OK;
+        if (r->element[1]->type == REDIS_REPLY_STRING) rep.status = r->element[1]->str;
+        if (r->element[2]->type == REDIS_REPLY_INTEGER) rep.attempt = (int)r->element[2]->integer;
+        if (r->element[3]->type == REDIS_REPLY_INTEGER) rep.published = (int)r->element[3]->integer;
+        if (r->elements > 4) {
+            history = cJSON_CreateArray();
+            for (size_t i = 4; i < r->elements; i++) {
+                if (r->element[i]->type != REDIS_REPLY_STRING) continue;
+                cJSON *rec = cJSON_ParseWithLength(r->element[i]->str, r->element[i]->len);
+                if (rec) cJSON_AddItemToArray(history, rec);
+            }
+            rep.history = history;
+        }
+    }
+    op->cb(op->ud, &rep);
+    cJSON_Delete(history);
+}
+
+static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
+    state_op *op = privdata;
+    state *st = op->st;
+    redisReply *r = reply;
+    op->sent = 0;
+    if (!r) {
+        /* The connection went away with the command on it.  Every script is
+         * idempotent, so it is sent again once connected. */
+        if (st->closing) {
+            st->pending--;
+            op_free(op);
+        } else {
+            enqueue(st, op);
+        }
+        return;
+    }
+    if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8)) {
+        st->sha[op->script][0] = '\0';
+        op_send(st, op); /* EVAL this time; it loads the script as well */
+        return;
+    }
+    st->pending--;
+    complete(op, r);
+    op_free(op);
+}
+
+static void op_send(state *st, state_op *op) {
+    const char *argv[OP_MAX_ARGS + 3];
+    size_t lens[OP_MAX_ARGS + 3];
+    char nkeys[8];
+    snprintf(nkeys, sizeof(nkeys), "%d", op->nkeys);
+    int n = 0;
+    if (st->sha[op->script][0]) {
+        argv[n] = "EVALSHA"; lens[n++] = 7;
+        argv[n] = st->sha[op->script]; lens[n++] = 40;
+    } else {
+        argv[n] = "EVAL"; lens[n++] = 4;
+        argv[n] = scripts[op->script]; lens[n++] = strlen(scripts[op->script]);
+    }
+    argv[n] = nkeys; lens[n++] = strlen(nkeys);
+    for (int i = 0; i < op->nkeys + op->argc; i++) {
+        argv[n] = op->args[i];
+        lens[n++] = op->lens[i];
+    }
+    if (!st->connected ||
+        redisAsyncCommandArgv(st->ac, reply_cb, op, n, argv, lens) != REDIS_OK) {
+        enqueue(st, op);
+        return;
+    }
+    op->sent = 1;
+}
+
+static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata) {
+    state *st = ac->data;
+    redisReply *r = reply;
+    int idx = (int)(intptr_t)privdata;
+    if (st && r && r->type == REDIS_REPLY_STRING && r->len == 40)
+        memcpy(st->sha[idx], r->str, 41);
+}
+
+static void ignore_cb(redisAsyncContext *ac, void *reply, void *privdata) {
+    redisReply *r = reply;
+    if (r && r->type == REDIS_REPLY_ERROR) log_error(NULL, 0, "redis setup: %s", r->str);
+}
+
+static void schedule_reconnect(state *st) {
+    if (st->closing) return;
+    st->backoff_ms = st->backoff_ms ? st->backoff_ms * 2 : 100;
+    if (st->backoff_ms > 5000) st->backoff_ms = 5000;
+    uv_timer_start(&st->reconnect, (uv_timer_cb)connect_now, st->backoff_ms, 0);
+}
+
+static void on_connect(const redisAsyncContext *cac, int status) {
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    state *st = ac->data;
+    if (!st) return;
+    if (status != REDIS_OK) {
+        log_warn(NULL, 0, "redis %s:%d: connect failed: %s; retrying", st->host, st->port,
+                 ac->errstr);
+        st->ac = NULL;
+        schedule_reconnect(st);
+        return;
+    }
+    st->connected = 1;
+    st->backoff_ms = 0;
+    /* AUTH and SELECT go first on the connection, before any script. */
+    if (st->password && st->password[0])
+        redisAsyncCommand(ac, ignore_cb, NULL, "AUTH %s", st->password);
+    if (st->db) redisAsyncCommand(ac, ignore_cb, NULL, "SELECT %d", st->db);
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        st->sha[i][0] = '\0';
+        redisAsyncCommand(ac, script_load_cb, (void *)(intptr_t)i, "SCRIPT LOAD %s", scripts[i]);
+    }
+    log_info(NULL, 0, "redis %s:%d connected", st->host, st->port);
+    flush_queue(st);
+    if (st->conn_cb) st->conn_cb(st->conn_ud, 1);
+}
+
+static void on_disconnect(const redisAsyncContext *cac, int status) {
+    state *st = cac->data;
+    if (!st) return;
+    st->connected = 0;
+    st->ac = NULL;
+    if (st->closing) return;
+    log_warn(NULL, 0, "redis %s:%d disconnected: %s; reconnecting", st->host, st->port,
+             status == REDIS_OK ? "closed" : cac->errstr);
+    if (st->conn_cb) st->conn_cb(st->conn_ud, 0);
+    schedule_reconnect(st);
+}
+
+static void connect_now(state *st) {
+    if (st->closing || st->ac) return;
+    redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
+    if (!ac) {
+        schedule_reconnect(st);
+        return;
+    }
+    if (ac->err) {
+        log_warn(NULL, 0, "redis %s:%d: %s; retrying", st->host, st->port, ac->errstr);
+        redisAsyncFree(ac);
+        schedule_reconnect(st);
+        return;
+    }
+    ac->data = st;
+    st->ac = ac;
+    redisLibuvAttach(ac, st->loop);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+}
+
+state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_cb, void *ud,
+                 char *err, size_t errlen) {
+    state *st = calloc(1, sizeof(*st));
+    if (!st) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    st->loop = loop;
+    st->host = strdup(opts->host);
+    st->password = strdup(opts->password ? opts->password : "");
+    st->prefix = strdup(opts->prefix);
+    st->port = opts->port;
+    st->db = opts->db;
+    st->ttl_s = opts->ttl_s;
+    st->conn_cb = conn_cb;
+    st->conn_ud = ud;
+    uv_timer_init(loop, &st->reconnect);
+    st->reconnect.data = st;
+    connect_now(st);
+    return st;
+}
+
+int state_connected(const state *st) { return st->connected; }
+size_t state_pending(const state *st) { return st->pending; }
+
+static void st_close_cb(uv_handle_t *h) {
+    state *st = h->data;
+    free(st);
+}
+
+void state_free(state *st) {
+    if (!st) return;
+    st->closing = 1;
+    if (st->ac) {
+        st->ac->data = NULL;
+        redisAsyncFree(st->ac); /* replies of ops on the wire come back NULL: freed there */
+        st->ac = NULL;
+    }
+    while (st->queue_head) {
+        state_op *op = st->queue_head;
+        st->queue_head = op->next;
+        op_free(op);
+    }
+    free(st->host);
+    free(st->password);
+    free(st->prefix);
+    uv_timer_stop(&st->reconnect);
+    uv_close((uv_handle_t *)&st->reconnect, st_close_cb);
+}
+
+static int op_add(state_op *op, const char *s, size_t len) {
+    if (op->nkeys + op->argc >= OP_MAX_ARGS) return -1;
+    int i = op->nkeys + op->argc;
+    op->args[i] = malloc(len + 1);
+    if (!op->args[i]) return -1;
+    memcpy(op->args[i], s, len);
+    op->args[i][len] = '\0';
+    op->lens[i] = len;
+    op->argc++;
+    return 0;
+}
+
+static int op_addf(state_op *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int op_addf(state_op *op, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(buf)) return -1;
+    return op_add(op, buf, (size_t)n);
+}
+
+static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, void *ud) {
+    state_op *op = calloc(1, sizeof(*op));
+    if (!op) return NULL;
+    op->st = st;
+    op->script = script;
+    op->cb = cb;
+    op->ud = ud;
+    if (op_addf(op, "%s:job:{%s}", st->prefix, job_id) ||
+        op_addf(op, "%s:job:{%s}:history", st->prefix, job_id)) {
+        op_free(op);
+        return NULL;
+    }
+    op->nkeys = 2;
+    op->argc = 0;
+    return op;
+}
+
+static int op_submit(state *st, state_op *op, int failed) {
+    if (failed) {
+        op_free(op);
+        return -1;
+    }
+    st->pending++;
+    if (st->connected && !st->queue_head) op_send(st, op);
+    else enqueue(st, op);
+    return 0;
+}
+
+int state_begin(state *st, const char *job_id, int attempt, int max_attempts, const char *owner,
+                const char *batch_id, state_cb cb, void *ud) {
+    state_op *op = op_new(st, SCRIPT_BEGIN, job_id, cb, ud);
+    if (!op) return -1;
+    int failed = op_addf(op, "%d", attempt) || op_addf(op, "%d", max_attempts) ||
+                 op_addf(op, "%lld", (long long)util_wall_ms()) || op_add(op, owner, strlen(owner)) ||
+                 op_addf(op, "%ld", st->ttl_s) ||
+                 op_add(op, batch_id ? batch_id : "", batch_id ? strlen(batch_id) : 0);
+    return op_submit(st, op, failed);
+}
+
+int state_finish(state *st, const char *job_id, const char *owner, int attempt, const char *status,
+                 const char *record, long prompt_tokens, long completion_tokens, state_cb cb,
+                 void *ud) {
+    state_op *op = op_new(st, SCRIPT_FINISH, job_id, cb, ud);
+    if (!op) return -1;
+    int failed = op_add(op, owner, strlen(owner)) || op_addf(op, "%d", attempt) ||
+                 op_add(op, status, strlen(status)) || op_add(op, record, strlen(record)) ||
+                 op_addf(op, "%lld", (long long)util_wall_ms()) || op_addf(op, "%ld", st->ttl_s) ||
+                 op_addf(op, "%ld", prompt_tokens) || op_addf(op, "%ld", completion_tokens);
+    return op_submit(st, op, failed);
+}
+
+int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud) {
+    state_op *op = op_new(st, SCRIPT_PUBLISHED, job_id, cb, ud);
+    if (!op) return -1;
+    return op_submit(st, op, op_addf(op, "%d", attempt));
+}

@@ -1,0 +1,74 @@
+/* state.h - per-job retry state in Redis, updated atomically by Lua scripts
+ * over hiredis's async API on the process's libuv loop.
+ *
+ * Keys (hash-tagged by job id so a cluster keeps them on one slot):
+ *   PREFIX:job:{ID}          hash: attempt, status (running|retrying|final|
+ *                            escalated), owner, max_attempts, created,
+ *                            updated, recorded, published, batch_id,
+ *                            prompt_tokens, completion_tokens
+ *   PREFIX:job:{ID}:history  list: one JSON record per attempt
+ * Both expire after the configured TTL.
+ *
+ * Every operation is idempotent, so an operation whose connection broke is
+ * sent again after reconnecting: callers see it complete exactly once. */
+#ifndef RETORT_STATE_H
+#define RETORT_STATE_H
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+typedef struct state state;
+
+typedef struct state_options {
+    const char *host;        /* borrowed, copied */
+    int port;
+    const char *password;    /* borrowed, copied; never logged */
+    int db;
+    const char *prefix;      /* borrowed, copied */
+    long ttl_s;
+} state_options;
+
+typedef enum state_verdict {
+    STATE_GO = 0,      /* begin: this attempt is ours, call the LLM */
+    STATE_DONE,        /* begin: the job is final or escalated already */
+    STATE_STALE,       /* begin: a later attempt exists */
+    STATE_RETRIED,     /* begin: this attempt already produced its retry */
+    STATE_SUPERSEDED,  /* finish: another worker took the attempt over */
+    STATE_OK,          /* finish / published: written */
+    STATE_ERROR        /* the script failed (bug or Redis refused): see error */
+} state_verdict;
+
+typedef struct state_reply {
+    state_verdict verdict;
+    const char *status;     /* the job's status after the call ("" if none) */
+    int attempt;            /* the job's current attempt */
+    int published;          /* highest attempt whose outcome event was delivered */
+    const cJSON *history;   /* array of attempt records, when the verdict needs it, else NULL */
+    const char *error;      /* STATE_ERROR: why */
+} state_reply;
+
+/* reply: valid until the callback returns. */
+typedef void (*state_cb)(void *ud, const state_reply *reply);
+/* Connection changes: connected 1 / 0. */
+typedef void (*state_conn_cb)(void *ud, int connected);
+
+state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_cb, void *ud,
+                 char *err, size_t errlen);
+/* Disconnects; pending callbacks are not called.  Accepts NULL. */
+void state_free(state *st);
+int state_connected(const state *st);
+size_t state_pending(const state *st);
+
+/* Every string argument is borrowed and copied.  0 = queued. */
+int state_begin(state *st, const char *job_id, int attempt, int max_attempts, const char *owner,
+                const char *batch_id, state_cb cb, void *ud);
+/* status: "retrying", "final" or "escalated".  record: JSON text of the
+ * attempt's record.  The reply carries the whole history unless status is
+ * "retrying". */
+int state_finish(state *st, const char *job_id, const char *owner, int attempt, const char *status,
+                 const char *record, long prompt_tokens, long completion_tokens, state_cb cb,
+                 void *ud);
+/* Notes that the outcome event of attempt was delivered. */
+int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud);
+
+#endif

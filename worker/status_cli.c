@@ -1,0 +1,79 @@
+#include "status_cli.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+int status_cli_main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fprintf(argc < 2 ? stderr : stdout,
+                "usage: retort status JOB_ID [-c FILE] [--set redis.host=H] ...\n"
+                "Prints the job's status, attempt count, token totals and every attempt's record.\n");
+        return argc < 2 ? 2 : 0;
+    }
+    const char *job_id = argv[1];
+    config *cfg = NULL;
+    int rc = main_load_config(argc - 1, argv + 1, &cfg, NULL);
+    if (rc) return rc;
+    redisContext *c = NULL;
+    redisReply *h = NULL, *l = NULL;
+    cJSON *out = NULL;
+    rc = 2;
+    struct timeval tv = {5, 0};
+    c = redisConnectWithTimeout(config_get(cfg, "redis.host"), (int)config_get_int(cfg, "redis.port"), tv);
+    if (!c || c->err) {
+        fprintf(stderr, "retort status: redis %s:%lld: %s\n", config_get(cfg, "redis.host"),
+                config_get_int(cfg, "redis.port"), c ? c->errstr : "out of memory");
+        goto done;
+    }
+    const char *pw = config_get(cfg, "redis.password");
+    if (pw && pw[0]) {
+        redisReply *a = redisCommand(c, "AUTH %s", pw);
+        freeReplyObject(a);
+    }
+    if (config_get_int(cfg, "redis.db")) {
+        redisReply *s = redisCommand(c, "SELECT %lld", config_get_int(cfg, "redis.db"));
+        freeReplyObject(s);
+    }
+    const char *prefix = config_get(cfg, "redis.key_prefix");
+    h = redisCommand(c, "HGETALL %s:job:{%s}", prefix, job_id);
+    l = redisCommand(c, "LRANGE %s:job:{%s}:history 0 -1", prefix, job_id);
+    if (!h || !l || h->type != REDIS_REPLY_ARRAY || l->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "retort status: redis: %s\n", h && h->type == REDIS_REPLY_ERROR ? h->str : c->errstr);
+        goto done;
+    }
+    if (h->elements == 0) {
+        fprintf(stderr, "retort status: no state for job %s (unknown, or expired)\n", job_id);
+        rc = 1;
+        goto done;
+    }
+    out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "job_id", job_id);
+    for (size_t i = 0; i + 1 < h->elements; i += 2) {
+        const char *k = h->element[i]->str, *v = h->element[i + 1]->str;
+        if (!strcmp(k, "owner")) continue;
+        char *end;
+        double d = strtod(v, &end);
+        if (*v && !*end) cJSON_AddNumberToObject(out, k, d);
+        else cJSON_AddStringToObject(out, k, v);
+    }
+    cJSON *hist = cJSON_AddArrayToObject(out, "history");
+    for (size_t i = 0; i < l->elements; i++) {
+        cJSON *rec = cJSON_ParseWithLength(l->element[i]->str, l->element[i]->len);
+        if (rec) cJSON_AddItemToArray(hist, rec);
+    }
+    char *s = cJSON_Print(out);
+    printf("%s\n", s);
+    free(s);
+    rc = 0;
+done:
+    cJSON_Delete(out);
+    freeReplyObject(h);
+    freeReplyObject(l);
+    if (c) redisFree(c);
+    config_free(cfg);
+    return rc;
+}

@@ -1,0 +1,1011 @@
+#include "worker.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "decide.h"
+#include "events.h"
+#include "extract.h"
+#include "job.h"
+#include "kafka_io.h"
+#include "llm_api.h"
+#include "llm_client.h"
+#include "log.h"
+#include "offsets.h"
+#include "reflect.h"
+#include "schema.h"
+#include "state.h"
+#include "util.h"
+
+#define OUTPUT_RECORD_CAP 65536
+#define MAP_BUCKETS 16384
+
+typedef struct worker worker;
+
+typedef struct out_schema {
+    char *name;
+    schema *compiled;
+    cJSON *doc;
+    char *text;
+} out_schema;
+
+typedef enum wjob_stage {
+    STAGE_PARSED = 0,
+    STAGE_BEGIN,
+    STAGE_LLM,
+    STAGE_BACKOFF,
+    STAGE_FINISH,
+    STAGE_PRODUCE,
+    STAGE_PUBLISHED,
+    STAGE_DONE
+} wjob_stage;
+
+typedef struct wjob {
+    worker *w;
+    wjob_stage stage;
+    int32_t partition;
+    int64_t offset;
+    uint64_t epoch;
+    job job;
+    const out_schema *os;    /* named schema, or NULL */
+    schema *inline_compiled; /* inline schema, owned */
+    char *inline_text;
+    const char *schema_name;
+    const cJSON *schema_doc;
+    const char *schema_text;
+    char schema_error[256];
+    const char *model;
+    char owner[192];
+    llm_call *call;
+    uv_timer_t timer;
+    int tries;
+    uint64_t start_us;
+    int64_t start_wall;
+    double llm_ms;
+    long ptoks, ctoks;
+    long http_status;
+    /* outcome of the attempt */
+    decide_category cat;
+    decide_action action;
+    char reason[256];
+    char error[256];
+    char *text;
+    cJSON *value;
+    cJSON *violations;
+    /* what gets produced */
+    event_type ev_type;
+    const char *ev_topic;
+    char *ev_value;
+    events_headers hdr;
+    int ev_attempt;
+    int is_dlq;
+    /* bookkeeping */
+    struct wjob *dups;       /* parked messages of the same job id */
+    struct wjob *dup_next;
+    struct wjob *hnext;      /* in-flight map chain */
+    int in_map;
+    struct wjob *prev, *next;
+} wjob;
+
+struct worker {
+    uv_loop_t *loop;
+    const config *cfg;
+    kafka_io *kio;
+    llm_client *llm;
+    state *st;
+    offsets *offs;
+    schema_registry *reg;
+    schema *envelope;
+    out_schema *schemas;
+    size_t nschemas;
+    schema_options sopts;
+    char id[128];
+    const char *source;
+    const char *t_jobs, *t_final, *t_esc, *t_dlq;
+    llm_provider provider;
+    llm_response_format rf;
+    const char *default_model;
+    int max_tokens;
+    int max_transient;
+    long backoff_base, backoff_max;
+    int default_max_attempts, max_attempts_ceiling;
+    size_t prev_output_cap;
+    size_t max_violations;
+    const char *tmpl;
+    char **critical;
+    size_t ncritical;
+    size_t max_inflight, low_water;
+    size_t inflight;
+    uint64_t seq;
+    wjob *map[MAP_BUCKETS];
+    wjob *jobs;              /* every live wjob */
+    uv_signal_t sigterm, sigint;
+    uv_timer_t drain_timer;
+    int stopping;
+    int exit_code;
+    /* counters for the shutdown line */
+    unsigned long n_final, n_retry, n_esc, n_dlq, n_skipped;
+};
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static unsigned hash_str(const char *s) {
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % MAP_BUCKETS;
+}
+
+static wjob *map_find(worker *w, const char *id) {
+    for (wjob *j = w->map[hash_str(id)]; j; j = j->hnext)
+        if (!strcmp(j->job.job_id, id)) return j;
+    return NULL;
+}
+
+static void map_put(worker *w, wjob *j) {
+    unsigned h = hash_str(j->job.job_id);
+    j->hnext = w->map[h];
+    w->map[h] = j;
+    j->in_map = 1;
+}
+
+static void map_del(worker *w, wjob *j) {
+    if (!j->in_map) return;
+    for (wjob **pp = &w->map[hash_str(j->job.job_id)]; *pp; pp = &(*pp)->hnext) {
+        if (*pp == j) {
+            *pp = j->hnext;
+            break;
+        }
+    }
+    j->in_map = 0;
+}
+
+static int is_critical(const worker *w, const char *code) {
+    for (size_t i = 0; i < w->ncritical; i++)
+        if (!strcasecmp(w->critical[i], code)) return 1;
+    return 0;
+}
+
+static cJSON *violation(const char *path, const char *code, const char *message) {
+    cJSON *v = cJSON_CreateObject();
+    cJSON_AddStringToObject(v, "path", path);
+    cJSON_AddStringToObject(v, "code", code);
+    cJSON_AddStringToObject(v, "message", message);
+    cJSON_AddNullToObject(v, "expected");
+    cJSON_AddNullToObject(v, "actual");
+    return v;
+}
+
+static char *capped_copy(const char *s, size_t cap) {
+    size_t len = strlen(s);
+    size_t n = util_utf8_trim(s, len, cap);
+    return strndup(s, n);
+}
+
+static void maybe_resume(worker *w) {
+    if (!w->stopping && kafka_io_paused(w->kio) && w->inflight <= w->low_water &&
+        state_connected(w->st)) {
+        kafka_io_resume(w->kio);
+        kafka_io_poll(w->kio);
+    }
+}
+
+static void check_drained(worker *w);
+static void job_begin(wjob *j);
+static void call_llm(wjob *j);
+static void produce_outcome(wjob *j);
+
+static void wjob_close_cb(uv_handle_t *h) {
+    wjob *j = h->data;
+    job_clear(&j->job);
+    schema_free(j->inline_compiled);
+    free(j->inline_text);
+    free(j->text);
+    cJSON_Delete(j->value);
+    cJSON_Delete(j->violations);
+    free(j->ev_value);
+    free(j);
+}
+
+/* The message is handled: store its offset when nothing below is pending,
+ * release duplicates waiting for it, free it. */
+static void job_done(wjob *j) {
+    worker *w = j->w;
+    j->stage = STAGE_DONE;
+    int64_t commit;
+    if (offsets_done(w->offs, j->partition, j->epoch, j->offset, &commit) == 1)
+        kafka_io_store(w->kio, j->partition, commit);
+    map_del(w, j);
+    wjob *dup = j->dups;
+    j->dups = NULL;
+    if (dup) {
+        /* The first parked duplicate takes this one's place in the map;
+         * the rest queue behind it. */
+        wjob *rest = dup->dup_next;
+        dup->dup_next = NULL;
+        dup->dups = rest;
+        map_put(w, dup);
+        job_begin(dup);
+    }
+    if (j->prev) j->prev->next = j->next;
+    else w->jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+    w->inflight--;
+    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
+    maybe_resume(w);
+    check_drained(w);
+}
+
+/* ---- producing ---------------------------------------------------------- */
+
+static void produce_retry_timer(uv_timer_t *t) { produce_outcome(t->data); }
+
+static void produce_outcome(wjob *j) {
+    worker *w = j->w;
+    j->stage = STAGE_PRODUCE;
+    kafka_io_header hdrs[7] = {
+        {"ce_specversion", "1.0"},     {"ce_id", j->hdr.id},           {"ce_type", j->hdr.type},
+        {"ce_source", j->hdr.source},  {"ce_time", j->hdr.time},       {"ce_subject", j->hdr.subject},
+        {"content-type", "application/json"},
+    };
+    char err[512];
+    const char *key = j->job.job_id ? j->job.job_id : NULL;
+    int rc = kafka_io_produce(w->kio, j->ev_topic, key, j->ev_value, strlen(j->ev_value), hdrs, 7,
+                              j, err, sizeof(err));
+    if (rc) {
+        /* Queue full or a transient client state: try again shortly; the
+         * message stays uncommitted meanwhile, so nothing is lost. */
+        if (rc < 0) log_warn(j->job.job_id, j->job.attempt, "%s; retrying", err);
+        uv_timer_start(&j->timer, produce_retry_timer, rc > 0 ? 50 : 1000, 0);
+    }
+}
+
+static void set_event(wjob *j, event_type type, const char *topic, int attempt, cJSON *ev_doc,
+                      char *ev_text) {
+    free(j->ev_value);
+    j->ev_type = type;
+    j->ev_topic = topic;
+    j->ev_attempt = attempt;
+    j->ev_value = ev_text ? ev_text : cJSON_PrintUnformatted(ev_doc);
+    cJSON_Delete(ev_doc);
+    events_headers_init(&j->hdr, type, j->job.job_id, attempt, j->w->source, util_wall_ms());
+}
+
+static void on_published(void *ud, const state_reply *r) {
+    wjob *j = ud;
+    if (r->verdict == STATE_ERROR)
+        log_warn(j->job.job_id, j->ev_attempt, "recording publication: %s", r->error);
+    job_done(j);
+}
+
+static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
+    wjob *j = opaque;
+    worker *w = ud;
+    if (err) {
+        log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed: %s; producing again",
+                 j->ev_topic, rd_kafka_err2str(err));
+        uv_timer_start(&j->timer, produce_retry_timer, 500, 0);
+        return;
+    }
+    if (j->is_dlq) {
+        w->n_dlq++;
+        job_done(j);
+        return;
+    }
+    switch (j->ev_type) {
+    case EVENT_FINAL: w->n_final++; break;
+    case EVENT_RETRY: w->n_retry++; break;
+    case EVENT_ESCALATED: w->n_esc++; break;
+    default: break;
+    }
+    j->stage = STAGE_PUBLISHED;
+    if (state_published(w->st, j->job.job_id, j->ev_attempt, on_published, j)) job_done(j);
+}
+
+/* ---- outcome events from Redis history (also used on redelivery) --------- */
+
+static void build_from_history(wjob *j, const char *status, const cJSON *history) {
+    worker *w = j->w;
+    const cJSON *last = cJSON_GetArrayItem(history, cJSON_GetArraySize(history) - 1);
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(last, "attempt");
+    int attempt = cJSON_IsNumber(att) ? (int)att->valuedouble : j->job.attempt;
+    if (!strcmp(status, "final")) {
+        set_event(j, EVENT_FINAL, w->t_final, attempt,
+                  events_final(&j->job, j->schema_name, j->model, history, util_wall_ms()), NULL);
+    } else {
+        set_event(j, EVENT_ESCALATED, w->t_esc, attempt,
+                  events_escalation(&j->job, j->schema_name, j->model, history, util_wall_ms()), NULL);
+    }
+}
+
+static cJSON *make_reflection(wjob *j, int attempt, const char *reason, const cJSON *violations,
+                              const char *output) {
+    worker *w = j->w;
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddNumberToObject(r, "attempt", attempt);
+    cJSON_AddNumberToObject(r, "max_attempts", j->job.max_attempts);
+    cJSON_AddStringToObject(r, "reason", reason);
+    cJSON_AddItemToObject(r, "violations", violations ? cJSON_Duplicate(violations, 1) : cJSON_CreateArray());
+    char *prev = capped_copy(output ? output : "", w->prev_output_cap);
+    cJSON_AddStringToObject(r, "previous_output", prev ? prev : "");
+    reflect_input in = {w->tmpl, attempt, j->job.max_attempts, reason, violations,
+                        j->schema_text, prev};
+    char *prompt = reflect_render(&in);
+    cJSON_AddStringToObject(r, "prompt", prompt ? prompt : "");
+    free(prompt);
+    free(prev);
+    return r;
+}
+
+static void build_retry(wjob *j, int attempt, const char *reason, const cJSON *violations,
+                        const char *output) {
+    cJSON *refl = make_reflection(j, attempt, reason, violations, output);
+    /* job_retry_value bumps the job's attempt: the job here is the attempt
+     * that failed. */
+    char *value = job_retry_value(&j->job, refl);
+    cJSON_Delete(refl);
+    set_event(j, EVENT_RETRY, j->w->t_jobs, attempt, NULL, value);
+}
+
+/* ---- Redis: finish ------------------------------------------------------ */
+
+static void finish_retry_timer(uv_timer_t *t);
+
+static void on_finish(void *ud, const state_reply *r) {
+    wjob *j = ud;
+    worker *w = j->w;
+    if (r->verdict == STATE_ERROR) {
+        log_error(j->job.job_id, j->job.attempt, "recording the attempt failed: %s; retrying", r->error);
+        uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
+        return;
+    }
+    if (r->verdict == STATE_SUPERSEDED) {
+        log_info(j->job.job_id, j->job.attempt,
+                 "attempt taken over by another worker (now attempt %d, %s); dropping our result",
+                 r->attempt, r->status);
+        w->n_skipped++;
+        job_done(j);
+        return;
+    }
+    if (j->action == DECIDE_RETRY) {
+        const char *out = j->text ? j->text : "";
+        build_retry(j, j->job.attempt, j->reason, j->violations, out);
+    } else {
+        build_from_history(j, j->action == DECIDE_FINAL ? "final" : "escalated", r->history);
+    }
+    log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
+    produce_outcome(j);
+}
+
+static char *attempt_record(wjob *j) {
+    worker *w = j->w;
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddNumberToObject(rec, "attempt", j->job.attempt);
+    const char *outcome = j->cat == DECIDE_CAT_OK ? "valid"
+                          : (j->cat >= DECIDE_CAT_INVALID && j->cat <= DECIDE_CAT_CONTENT_FILTER) ? "invalid"
+                                                                                                   : "error";
+    cJSON_AddStringToObject(rec, "outcome", outcome);
+    cJSON_AddStringToObject(rec, "category", decide_category_name(j->cat));
+    cJSON_AddStringToObject(rec, "decision", j->action == DECIDE_FINAL ? "final"
+                                             : j->action == DECIDE_RETRY ? "retry" : "escalate");
+    cJSON_AddStringToObject(rec, "reason", j->reason);
+    if (j->text) {
+        char *capped = capped_copy(j->text, OUTPUT_RECORD_CAP);
+        cJSON_AddStringToObject(rec, "output", capped ? capped : "");
+        free(capped);
+    } else {
+        cJSON_AddNullToObject(rec, "output");
+    }
+    if (j->value) cJSON_AddItemToObject(rec, "value", cJSON_Duplicate(j->value, 1));
+    cJSON_AddItemToObject(rec, "violations", j->violations ? cJSON_Duplicate(j->violations, 1) : cJSON_CreateArray());
+    cJSON *u = cJSON_AddObjectToObject(rec, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->ptoks);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->ctoks);
+    cJSON_AddNumberToObject(u, "total_tokens", j->ptoks + j->ctoks);
+    cJSON_AddNumberToObject(rec, "latency_ms", (double)(util_mono_us() - j->start_us) / 1000.0);
+    cJSON_AddNumberToObject(rec, "llm_latency_ms", j->llm_ms);
+    cJSON_AddNumberToObject(rec, "tries", j->tries + 1);
+    if (j->error[0]) cJSON_AddStringToObject(rec, "error", j->error);
+    else cJSON_AddNullToObject(rec, "error");
+    if (j->http_status) cJSON_AddNumberToObject(rec, "http_status", j->http_status);
+    if (j->model) cJSON_AddStringToObject(rec, "model", j->model);
+    cJSON_AddStringToObject(rec, "worker", w->id);
+    char ts[40];
+    util_rfc3339(j->start_wall, ts, sizeof(ts));
+    cJSON_AddStringToObject(rec, "started_at", ts);
+    util_rfc3339(util_wall_ms(), ts, sizeof(ts));
+    cJSON_AddStringToObject(rec, "finished_at", ts);
+    char *s = cJSON_PrintUnformatted(rec);
+    cJSON_Delete(rec);
+    return s;
+}
+
+static void record_attempt(wjob *j) {
+    worker *w = j->w;
+    j->stage = STAGE_FINISH;
+    char *rec = attempt_record(j);
+    const char *status = j->action == DECIDE_FINAL ? "final"
+                         : j->action == DECIDE_RETRY ? "retrying" : "escalated";
+    if (!rec || state_finish(w->st, j->job.job_id, j->owner, j->job.attempt, status, rec, j->ptoks,
+                             j->ctoks, on_finish, j)) {
+        log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
+        uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
+    }
+    free(rec);
+}
+
+static void finish_retry_timer(uv_timer_t *t) { record_attempt(t->data); }
+
+/* ---- the decision ------------------------------------------------------- */
+
+static void backoff_timer(uv_timer_t *t) {
+    wjob *j = t->data;
+    j->tries++;
+    call_llm(j);
+}
+
+static void conclude(wjob *j, long retry_after_ms, int should_retry) {
+    worker *w = j->w;
+    decide_input in = {0};
+    in.category = j->cat;
+    in.attempt = j->job.attempt;
+    in.max_attempts = j->job.max_attempts;
+    in.transient_retries = j->tries;
+    in.max_transient_retries = should_retry == 0 ? 0 : w->max_transient;
+    in.critical = is_critical(w, decide_category_name(j->cat));
+    in.fixable = 1;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, j->violations) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
+        const cJSON *fixable = cJSON_GetObjectItemCaseSensitive(v, "fixable");
+        if (cJSON_IsString(code) && is_critical(w, code->valuestring)) in.critical = 1;
+        if (cJSON_IsFalse(fixable)) in.fixable = 0;
+    }
+    j->action = decide(&in, j->reason, sizeof(j->reason));
+    if (j->action == DECIDE_RETRY_IN_PLACE) {
+        uint64_t delay = (uint64_t)w->backoff_base << (j->tries < 20 ? j->tries : 20);
+        if (delay > (uint64_t)w->backoff_max) delay = (uint64_t)w->backoff_max;
+        delay = delay / 2 + (uint64_t)(rand() % (int)(delay / 2 + 1)); /* jitter: [d/2, d] */
+        if (retry_after_ms >= 0 && (uint64_t)retry_after_ms > delay) delay = (uint64_t)retry_after_ms;
+        if (delay > (uint64_t)w->backoff_max) delay = (uint64_t)w->backoff_max;
+        log_info(j->job.job_id, j->job.attempt, "%s; again in %llu ms (%s)", j->reason,
+                 (unsigned long long)delay, j->error);
+        j->stage = STAGE_BACKOFF;
+        uv_timer_start(&j->timer, backoff_timer, delay, 0);
+        return;
+    }
+    record_attempt(j);
+}
+
+static void validate_text(wjob *j) {
+    worker *w = j->w;
+    char err[256];
+    cJSON *value = NULL;
+    j->violations = cJSON_CreateArray();
+    if (extract_json(j->text, strlen(j->text), &value, err, sizeof(err))) {
+        j->cat = DECIDE_CAT_INVALID;
+        cJSON_AddItemToArray(j->violations, violation("", "NOT_JSON", err));
+        return;
+    }
+    schema_violations sv = {0};
+    const schema *s = j->os ? j->os->compiled : j->inline_compiled;
+    int rc = schema_validate(s, value, &sv);
+    if (rc == 0) {
+        j->cat = DECIDE_CAT_OK;
+        j->value = value;
+        return;
+    }
+    cJSON_Delete(j->violations);
+    j->violations = schema_violations_to_json(&sv);
+    /* Keep the list short enough for a prompt. */
+    while ((size_t)cJSON_GetArraySize(j->violations) > w->max_violations)
+        cJSON_DeleteItemFromArray(j->violations, cJSON_GetArraySize(j->violations) - 1);
+    schema_violations_clear(&sv);
+    cJSON_Delete(value);
+    j->cat = DECIDE_CAT_INVALID;
+}
+
+static void on_llm_done(void *ud, const llm_response *resp) {
+    wjob *j = ud;
+    worker *w = j->w;
+    j->call = NULL;
+    j->llm_ms += resp->latency_ms;
+    j->http_status = resp->status;
+    free(j->text);
+    j->text = NULL;
+    cJSON_Delete(j->violations);
+    j->violations = NULL;
+    j->error[0] = '\0';
+    if (resp->status == 0) {
+        j->cat = resp->transport;
+        snprintf(j->error, sizeof(j->error), "%s", resp->error);
+    } else {
+        llm_api_result res;
+        llm_api_parse(w->provider, resp->status, resp->body, resp->body_len, &res);
+        j->cat = res.category;
+        j->ptoks += res.prompt_tokens;
+        j->ctoks += res.completion_tokens;
+        j->text = res.text;
+        res.text = NULL;
+        snprintf(j->error, sizeof(j->error), "%s", res.error);
+        llm_api_result_clear(&res);
+        /* x-should-retry: true makes any failure transient. */
+        if (resp->should_retry == 1 && j->cat >= DECIDE_CAT_AUTH) j->cat = DECIDE_CAT_SERVER_ERROR;
+    }
+    switch (j->cat) {
+    case DECIDE_CAT_OK:
+        validate_text(j);
+        break;
+    case DECIDE_CAT_TRUNCATED:
+        j->violations = cJSON_CreateArray();
+        cJSON_AddItemToArray(j->violations, violation("", "TRUNCATED",
+            "the answer was cut off at the token limit; give a complete but more concise JSON value"));
+        break;
+    case DECIDE_CAT_EMPTY:
+        j->violations = cJSON_CreateArray();
+        cJSON_AddItemToArray(j->violations, violation("", "EMPTY_OUTPUT", "the answer was empty"));
+        break;
+    case DECIDE_CAT_REFUSAL:
+        j->violations = cJSON_CreateArray();
+        cJSON_AddItemToArray(j->violations, violation("", "REFUSAL", j->error));
+        break;
+    case DECIDE_CAT_CONTENT_FILTER:
+        j->violations = cJSON_CreateArray();
+        cJSON_AddItemToArray(j->violations, violation("", "CONTENT_FILTER", j->error));
+        break;
+    default:
+        break;
+    }
+    conclude(j, resp->retry_after_ms, resp->should_retry);
+}
+
+static void call_llm(wjob *j) {
+    worker *w = j->w;
+    j->stage = STAGE_LLM;
+    int sends = llm_api_sends_schema(w->provider, w->rf);
+    cJSON *msgs = job_messages(&j->job, sends ? NULL : j->schema_text);
+    llm_api_request req = {w->provider, j->model, msgs, j->job.params, j->schema_doc,
+                           j->schema_name, w->rf, w->max_tokens};
+    char *body = llm_api_build_body(&req);
+    cJSON_Delete(msgs);
+    if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, on_llm_done, j, &j->call)) {
+        llm_response resp = {0};
+        resp.transport = DECIDE_CAT_NETWORK;
+        resp.error = "could not start the HTTP request";
+        resp.retry_after_ms = -1;
+        resp.should_retry = -1;
+        on_llm_done(j, &resp);
+    }
+}
+
+/* ---- Redis: begin ------------------------------------------------------- */
+
+static void begin_retry_timer(uv_timer_t *t) { job_begin(t->data); }
+
+static void on_begin(void *ud, const state_reply *r) {
+    wjob *j = ud;
+    worker *w = j->w;
+    switch (r->verdict) {
+    case STATE_GO:
+        j->start_us = util_mono_us();
+        j->start_wall = util_wall_ms();
+        if (!j->schema_doc) {
+            j->cat = DECIDE_CAT_UNKNOWN_SCHEMA;
+            snprintf(j->error, sizeof(j->error), "%s", j->schema_error);
+            j->violations = cJSON_CreateArray();
+            cJSON_AddItemToArray(j->violations, violation("", "UNKNOWN_SCHEMA", j->schema_error));
+            conclude(j, -1, -1);
+            return;
+        }
+        call_llm(j);
+        return;
+    case STATE_DONE:
+        if (r->history && r->published < r->attempt && cJSON_GetArraySize(r->history) > 0) {
+            /* Decided earlier but its event may never have left: produce it
+             * again with the same event id. */
+            log_info(j->job.job_id, j->job.attempt, "job already %s; republishing its outcome", r->status);
+            build_from_history(j, r->status, r->history);
+            produce_outcome(j);
+            return;
+        }
+        log_info(j->job.job_id, j->job.attempt, "job already %s; skipping", r->status);
+        w->n_skipped++;
+        job_done(j);
+        return;
+    case STATE_RETRIED:
+        if (r->history && r->published < r->attempt && cJSON_GetArraySize(r->history) > 0) {
+            const cJSON *rec = cJSON_GetArrayItem(r->history, 0);
+            const cJSON *reason = cJSON_GetObjectItemCaseSensitive(rec, "reason");
+            const cJSON *out = cJSON_GetObjectItemCaseSensitive(rec, "output");
+            log_info(j->job.job_id, j->job.attempt, "retry already decided; republishing it");
+            build_retry(j, r->attempt, cJSON_IsString(reason) ? reason->valuestring : "retry",
+                        cJSON_GetObjectItemCaseSensitive(rec, "violations"),
+                        cJSON_IsString(out) ? out->valuestring : "");
+            produce_outcome(j);
+            return;
+        }
+        w->n_skipped++;
+        job_done(j);
+        return;
+    case STATE_STALE:
+        log_info(j->job.job_id, j->job.attempt, "stale message (job is at attempt %d, %s); skipping",
+                 r->attempt, r->status);
+        w->n_skipped++;
+        job_done(j);
+        return;
+    default:
+        log_error(j->job.job_id, j->job.attempt, "reading job state: %s; retrying", r->error ? r->error : "?");
+        uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
+        return;
+    }
+}
+
+static void job_begin(wjob *j) {
+    worker *w = j->w;
+    j->stage = STAGE_BEGIN;
+    snprintf(j->owner, sizeof(j->owner), "%s:%llu", w->id, (unsigned long long)++w->seq);
+    if (state_begin(w->st, j->job.job_id, j->job.attempt, j->job.max_attempts, j->owner,
+                    j->job.batch_id, on_begin, j))
+        uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
+}
+
+/* ---- messages in -------------------------------------------------------- */
+
+static void resolve_schema(wjob *j) {
+    worker *w = j->w;
+    const cJSON *s = j->job.schema;
+    if (cJSON_IsString(s)) {
+        for (size_t i = 0; i < w->nschemas; i++) {
+            if (!strcmp(w->schemas[i].name, s->valuestring)) {
+                j->os = &w->schemas[i];
+                j->schema_name = j->os->name;
+                j->schema_doc = j->os->doc;
+                j->schema_text = j->os->text;
+                return;
+            }
+        }
+        j->schema_name = s->valuestring;
+        snprintf(j->schema_error, sizeof(j->schema_error), "unknown schema '%s' (not in %s)",
+                 s->valuestring, config_get(w->cfg, "schemas.dir"));
+        return;
+    }
+    j->schema_name = "inline";
+    char err[192];
+    j->inline_compiled = schema_compile(w->reg, s, &w->sopts, err, sizeof(err));
+    if (!j->inline_compiled) {
+        snprintf(j->schema_error, sizeof(j->schema_error), "inline schema does not compile: %s", err);
+        return;
+    }
+    j->inline_text = cJSON_PrintUnformatted(s);
+    j->schema_doc = s;
+    j->schema_text = j->inline_text;
+}
+
+static int on_message(void *ud, const rd_kafka_message_t *msg) {
+    worker *w = ud;
+    if (w->stopping || w->inflight >= w->max_inflight || !state_connected(w->st)) return 1;
+    wjob *j = calloc(1, sizeof(*j));
+    if (!j) return 1;
+    j->w = w;
+    uv_timer_init(w->loop, &j->timer);
+    j->timer.data = j;
+    j->partition = msg->partition;
+    j->offset = msg->offset;
+    j->epoch = offsets_add(w->offs, msg->partition, msg->offset);
+    j->next = w->jobs;
+    if (w->jobs) w->jobs->prev = j;
+    w->jobs = j;
+    w->inflight++;
+    if (w->inflight >= w->max_inflight) kafka_io_pause(w->kio);
+
+    char err[512], id[256];
+    cJSON *violations = NULL;
+    if (job_parse(msg->payload, msg->len, w->envelope, w->default_max_attempts,
+                  w->max_attempts_ceiling, &j->job, &violations, id, sizeof(id), err, sizeof(err))) {
+        log_warn(id[0] ? id : NULL, 0, "dead letter %s[%d]@%lld: %s", w->t_jobs, msg->partition,
+                 (long long)msg->offset, err);
+        cJSON *ev = events_dead_letter(err, violations, id, w->t_jobs, msg->partition, msg->offset,
+                                       msg->key, msg->key_len, msg->payload, msg->len, util_wall_ms());
+        cJSON_Delete(violations);
+        char subject[320];
+        snprintf(subject, sizeof(subject), "%s/%d/%lld", w->t_jobs, msg->partition, (long long)msg->offset);
+        j->is_dlq = 1;
+        free(j->ev_value);
+        j->ev_value = cJSON_PrintUnformatted(ev);
+        cJSON_Delete(ev);
+        j->ev_topic = w->t_dlq;
+        j->ev_type = EVENT_DEAD_LETTER;
+        events_headers_init(&j->hdr, EVENT_DEAD_LETTER, subject, 0, w->source, util_wall_ms());
+        if (id[0]) snprintf(j->hdr.subject, sizeof(j->hdr.subject), "%s", id);
+        produce_outcome(j);
+        return 0;
+    }
+    j->model = j->job.model ? j->job.model : w->default_model;
+    resolve_schema(j);
+    wjob *active = map_find(w, j->job.job_id);
+    if (active) {
+        /* The same job is in flight here already (a duplicate message):
+         * wait for it, then look at Redis, which will say it is done. */
+        wjob **pp = &active->dups;
+        while (*pp) pp = &(*pp)->dup_next;
+        *pp = j;
+        return 0;
+    }
+    map_put(w, j);
+    job_begin(j);
+    return 0;
+}
+
+static void on_revoke(void *ud, const rd_kafka_topic_partition_list_t *parts) {
+    worker *w = ud;
+    /* Jobs of revoked partitions run on (their outcome is idempotent in
+     * Redis); their offsets are no longer ours to store. */
+    for (int i = 0; i < parts->cnt; i++) offsets_drop(w->offs, parts->elems[i].partition);
+}
+
+static void on_redis_conn(void *ud, int connected) {
+    worker *w = ud;
+    if (!w->kio) return;
+    if (!connected) {
+        log_warn(NULL, 0, "redis unavailable: not taking new jobs");
+        kafka_io_pause(w->kio);
+    } else {
+        maybe_resume(w);
+    }
+}
+
+/* ---- start and stop ----------------------------------------------------- */
+
+static void loop_close_walk(uv_handle_t *h, void *arg) {
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void shutdown_now(worker *w) {
+    if (w->stopping == 2) return;
+    w->stopping = 2;
+    uv_timer_stop(&w->drain_timer);
+    log_info(NULL, 0, "stopping: %lu final, %lu retries, %lu escalated, %lu dead letters, %lu skipped; %zu jobs unfinished",
+             w->n_final, w->n_retry, w->n_esc, w->n_dlq, w->n_skipped, w->inflight);
+    uv_stop(w->loop);
+}
+
+static void check_drained(worker *w) {
+    if (w->stopping == 1 && w->inflight == 0) shutdown_now(w);
+}
+
+static void drain_timeout(uv_timer_t *t) {
+    worker *w = t->data;
+    log_warn(NULL, 0, "drain timeout: %zu jobs unfinished (their offsets stay uncommitted)", w->inflight);
+    shutdown_now(w);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+    worker *w = s->data;
+    if (w->stopping) {
+        if (signum == SIGINT) shutdown_now(w);
+        return;
+    }
+    log_info(NULL, 0, "signal %d: draining %zu in-flight jobs", signum, w->inflight);
+    w->stopping = 1;
+    kafka_io_stop_consuming(w->kio);
+    /* Parked duplicates are not started anymore: they hold no LLM call. */
+    uv_timer_start(&w->drain_timer, drain_timeout,
+                   (uint64_t)config_get_int(w->cfg, "worker.drain_timeout_ms"), 0);
+    check_drained(w);
+}
+
+static int load_schemas(worker *w, char *err, size_t errlen) {
+    const char *dir = config_get(w->cfg, "schemas.dir");
+    const char *env = config_get(w->cfg, "schemas.envelopes");
+    w->reg = schema_registry_new();
+    if (!w->reg) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (schema_registry_load_dir(w->reg, env, "https://retort.dev/schemas/", err, errlen)) return -1;
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/job.schema.json", env);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    sbuf b = {0};
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&b, buf, n);
+    fclose(f);
+    cJSON *doc = cJSON_Parse(b.data ? b.data : "");
+    sbuf_free(&b);
+    if (!doc) {
+        snprintf(err, errlen, "%s is not JSON", path);
+        return -1;
+    }
+    char inner[512];
+    w->envelope = schema_compile(w->reg, doc, &w->sopts, inner, sizeof(inner));
+    cJSON_Delete(doc);
+    if (!w->envelope) {
+        snprintf(err, errlen, "%s: %s", path, inner);
+        return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "schemas.dir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".json")) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        f = fopen(path, "rb");
+        if (!f) continue;
+        sbuf sb = {0};
+        while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&sb, buf, n);
+        fclose(f);
+        cJSON *sd = cJSON_Parse(sb.data ? sb.data : "");
+        sbuf_free(&sb);
+        if (!sd) {
+            snprintf(err, errlen, "%s is not JSON", path);
+            closedir(d);
+            return -1;
+        }
+        schema *c = schema_compile(w->reg, sd, &w->sopts, inner, sizeof(inner));
+        if (!c) {
+            snprintf(err, errlen, "%s: %s", path, inner);
+            cJSON_Delete(sd);
+            closedir(d);
+            return -1;
+        }
+        out_schema *p = realloc(w->schemas, (w->nschemas + 1) * sizeof(*p));
+        if (!p) {
+            schema_free(c);
+            cJSON_Delete(sd);
+            closedir(d);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        w->schemas = p;
+        out_schema *os = &w->schemas[w->nschemas++];
+        os->name = strndup(de->d_name, len - 5);
+        os->compiled = c;
+        os->doc = sd;
+        os->text = cJSON_PrintUnformatted(sd);
+    }
+    closedir(d);
+    log_info(NULL, 0, "loaded %zu output schema(s) from %s", w->nschemas, dir);
+    return 0;
+}
+
+static void parse_critical(worker *w) {
+    const char *list = config_get(w->cfg, "retry.critical_codes");
+    char *copy = strdup(list ? list : "");
+    for (char *save = NULL, *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        char **p = realloc(w->critical, (w->ncritical + 1) * sizeof(*p));
+        if (!p) break;
+        w->critical = p;
+        w->critical[w->ncritical++] = strdup(tok);
+    }
+    free(copy);
+}
+
+static void raise_nofile(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int worker_run(const config *cfg, const char *worker_id) {
+    worker *w = calloc(1, sizeof(*w));
+    char err[8192];
+    int rc = 1;
+    if (!w) return 1;
+    raise_nofile();
+    srand((unsigned)(getpid() ^ util_mono_us()));
+    w->cfg = cfg;
+    w->loop = uv_default_loop();
+    snprintf(w->id, sizeof(w->id), "%s", worker_id);
+    w->source = config_get(cfg, "events.source");
+    w->t_jobs = config_get(cfg, "topics.jobs");
+    w->t_final = config_get(cfg, "topics.final");
+    w->t_esc = config_get(cfg, "topics.escalations");
+    w->t_dlq = config_get(cfg, "topics.dlq");
+    llm_api_provider_parse(config_get(cfg, "llm.provider"), &w->provider);
+    llm_api_response_format_parse(config_get(cfg, "llm.response_format"), &w->rf);
+    w->default_model = config_get(cfg, "llm.model");
+    w->max_tokens = (int)config_get_int(cfg, "llm.max_tokens");
+    w->max_transient = (int)config_get_int(cfg, "llm.max_transient_retries");
+    w->backoff_base = (long)config_get_int(cfg, "llm.backoff_base_ms");
+    w->backoff_max = (long)config_get_int(cfg, "llm.backoff_max_ms");
+    w->default_max_attempts = (int)config_get_int(cfg, "retry.max_attempts");
+    w->max_attempts_ceiling = (int)config_get_int(cfg, "retry.max_attempts_ceiling");
+    w->prev_output_cap = (size_t)config_get_int(cfg, "retry.previous_output_max_bytes");
+    w->max_violations = (size_t)config_get_int(cfg, "retry.max_violations");
+    w->tmpl = config_get(cfg, "retry.template");
+    w->max_inflight = (size_t)config_get_int(cfg, "llm.max_inflight");
+    w->low_water = w->max_inflight * 3 / 4;
+    w->sopts.format_assert = config_get_bool(cfg, "schemas.format_assert");
+    w->sopts.max_violations = w->max_violations;
+    parse_critical(w);
+
+    if (load_schemas(w, err, sizeof(err))) {
+        log_error(NULL, 0, "%s", err);
+        goto out;
+    }
+    w->offs = offsets_new();
+    const char *key_env = config_get(cfg, "llm.api_key_env");
+    const char *api_key = key_env && key_env[0] ? getenv(key_env) : NULL;
+    llm_client_options lo = {w->provider, config_get(cfg, "llm.base_url"), api_key,
+                             config_get(cfg, "llm.anthropic_version"),
+                             (long)config_get_int(cfg, "llm.timeout_ms"),
+                             (long)config_get_int(cfg, "llm.connect_timeout_ms"),
+                             (size_t)config_get_int(cfg, "llm.max_response_bytes")};
+    w->llm = llm_client_new(w->loop, &lo, err, sizeof(err));
+    if (!w->llm) {
+        log_error(NULL, 0, "%s", err);
+        goto out;
+    }
+    state_options so = {config_get(cfg, "redis.host"), (int)config_get_int(cfg, "redis.port"),
+                        config_get(cfg, "redis.password"), (int)config_get_int(cfg, "redis.db"),
+                        config_get(cfg, "redis.key_prefix"), (long)config_get_int(cfg, "redis.ttl_s")};
+    w->st = state_new(w->loop, &so, on_redis_conn, w, err, sizeof(err));
+    if (!w->st) {
+        log_error(NULL, 0, "%s", err);
+        goto out;
+    }
+    kafka_io_callbacks cbs = {on_message, on_delivery, on_revoke, w};
+    w->kio = kafka_io_new(w->loop, cfg, &cbs, err, sizeof(err));
+    if (!w->kio) {
+        log_error(NULL, 0, "%s", err);
+        goto out;
+    }
+    uv_signal_init(w->loop, &w->sigterm);
+    uv_signal_init(w->loop, &w->sigint);
+    w->sigterm.data = w->sigint.data = w;
+    uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&w->sigint, on_signal, SIGINT);
+    uv_timer_init(w->loop, &w->drain_timer);
+    w->drain_timer.data = w;
+    log_info(NULL, 0, "worker %s: consuming %s (group %s), llm %s %s, max in flight %zu", w->id,
+             w->t_jobs, config_get(cfg, "kafka.group.id"), config_get(cfg, "llm.provider"),
+             config_get(cfg, "llm.base_url"), w->max_inflight);
+
+    uv_run(w->loop, UV_RUN_DEFAULT);
+
+    /* Drained (or timed out): close the consumer, which commits the stored
+     * offsets (only those with nothing pending below them) and leaves the
+     * group, then flush the producer. */
+    rc = 0;
+out:
+    if (w->kio) kafka_io_free(w->kio, 10000);
+    w->kio = NULL;
+    state_free(w->st);
+    llm_client_free(w->llm);
+    uv_walk(w->loop, loop_close_walk, NULL);
+    uv_run(w->loop, UV_RUN_DEFAULT);
+    uv_loop_close(w->loop);
+    /* Jobs left by a drain timeout die with the process. */
+    offsets_free(w->offs);
+    for (size_t i = 0; i < w->nschemas; i++) {
+        free(w->schemas[i].name);
+        schema_free(w->schemas[i].compiled);
+        cJSON_Delete(w->schemas[i].doc);
+        free(w->schemas[i].text);
+    }
+    free(w->schemas);
+    schema_free(w->envelope);
+    schema_registry_free(w->reg);
+    for (size_t i = 0; i < w->ncritical; i++) free(w->critical[i]);
+    free(w->critical);
+    free(w);
+    return rc;
+}
