@@ -63,7 +63,7 @@ $(BUILD)/retort: $(BUILD)/worker/main.o $(WORKER_OBJ) $(BUILD)/libretort_common.
 $(BUILD)/retort-worker: $(BUILD)/retort
 	ln -sf retort $@
 
-$(BUILD)/mock-llm: $(BUILD)/tests/mock_llm.o $(BUILD)/libretort_common.a
+$(BUILD)/mock-llm: $(BUILD)/tests/mock_llm.o
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,libmicrohttpd libcjson libpcre2-8) -lpthread -lm
 
 $(BUILD)/mock-kafka: $(BUILD)/tests/mock_kafka.o

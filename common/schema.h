@@ -49,6 +49,9 @@ typedef struct schema_options {
 #define SCHEMA_TOO_MANY_ITEMS    "TOO_MANY_ITEMS"
 #define SCHEMA_NO_MATCH          "NO_MATCH"        /* anyOf/oneOf/not/contains */
 #define SCHEMA_LIMIT_EXCEEDED    "LIMIT_EXCEEDED"  /* regex or depth limit hit */
+/* Added by the validator: */
+#define SCHEMA_TOO_FEW_PROPERTIES  "TOO_FEW_PROPERTIES"  /* minProperties */
+#define SCHEMA_TOO_MANY_PROPERTIES "TOO_MANY_PROPERTIES" /* maxProperties */
 
 typedef struct schema_violation {
     char *path;             /* instance location, JSON Pointer ("" = root) */

@@ -93,6 +93,35 @@ static long hex4(const char *p)
     return v;
 }
 
+/* ECMA-262 accepts long General_Category names; PCRE2 10.42 only the
+ * short ones. */
+static const char *const GC_LONG[][2] = {
+    { "Letter", "L" }, { "Cased_Letter", "L&" }, { "Uppercase_Letter", "Lu" },
+    { "Lowercase_Letter", "Ll" }, { "Titlecase_Letter", "Lt" }, { "Modifier_Letter", "Lm" },
+    { "Other_Letter", "Lo" }, { "Mark", "M" }, { "Combining_Mark", "M" },
+    { "Nonspacing_Mark", "Mn" }, { "Spacing_Mark", "Mc" }, { "Enclosing_Mark", "Me" },
+    { "Number", "N" }, { "Decimal_Number", "Nd" }, { "digit", "Nd" }, { "Letter_Number", "Nl" },
+    { "Other_Number", "No" }, { "Punctuation", "P" }, { "punct", "P" },
+    { "Connector_Punctuation", "Pc" }, { "Dash_Punctuation", "Pd" }, { "Open_Punctuation", "Ps" },
+    { "Close_Punctuation", "Pe" }, { "Initial_Punctuation", "Pi" }, { "Final_Punctuation", "Pf" },
+    { "Other_Punctuation", "Po" }, { "Symbol", "S" }, { "Math_Symbol", "Sm" },
+    { "Currency_Symbol", "Sc" }, { "Modifier_Symbol", "Sk" }, { "Other_Symbol", "So" },
+    { "Separator", "Z" }, { "Space_Separator", "Zs" }, { "Line_Separator", "Zl" },
+    { "Paragraph_Separator", "Zp" }, { "Other", "C" }, { "Control", "Cc" }, { "cntrl", "Cc" },
+    { "Format", "Cf" }, { "Surrogate", "Cs" }, { "Private_Use", "Co" }, { "Unassigned", "Cn" },
+};
+
+static void add_gc(sbuf *b, const char *name, size_t n)
+{
+    for (size_t i = 0; i < sizeof GC_LONG / sizeof GC_LONG[0]; i++) {
+        if (strlen(GC_LONG[i][0]) == n && memcmp(GC_LONG[i][0], name, n) == 0) {
+            sb_str(b, GC_LONG[i][1]);
+            return;
+        }
+    }
+    sb_add(b, name, n);
+}
+
 /* \p{...} / \P{...}: ECMA spells General_Category=X, gc=X, Script=X, sc=X,
  * Script_Extensions=X, scx=X; PCRE2 wants X, X, sc:X / X, scx:X. */
 static int translate_property(sbuf *b, const char *p, char neg, size_t *used)
@@ -112,7 +141,7 @@ static int translate_property(sbuf *b, const char *p, char neg, size_t *used)
         size_t vn = n - kn - 1;
         if ((kn == 16 && memcmp(body, "General_Category", 16) == 0) ||
             (kn == 2 && memcmp(body, "gc", 2) == 0)) {
-            sb_add(b, val, vn);
+            add_gc(b, val, vn);
         } else if ((kn == 6 && memcmp(body, "Script", 6) == 0) ||
                    (kn == 2 && memcmp(body, "sc", 2) == 0)) {
             sb_str(b, "sc:");
@@ -125,7 +154,7 @@ static int translate_property(sbuf *b, const char *p, char neg, size_t *used)
             return -1;
         }
     } else {
-        sb_add(b, body, n);
+        add_gc(b, body, n);
     }
     sb_str(b, "}");
     *used = n + 2;

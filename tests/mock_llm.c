@@ -4,7 +4,7 @@
  * POST /chat/completions) and the Anthropic Messages API (POST /v1/messages),
  * answering with JSON generated from the JSON Schema found in the request.
  * Tests script failures with a `[[mock k=v ...]]` token in the first user
- * message (see the README block below and the report of the tool's author).
+ * message.
  *
  * Usage:
  *   mock-llm [--port N] [--host ADDR] [--latency-ms N] [--jitter-ms N]
@@ -21,10 +21,25 @@
  *   until=K        defect on attempts 1..K only (attempt = 1 + number of
  *                  assistant messages in the request)
  *   field=NAME     field the defect applies to (a/b for nested)
- *   repair=0       disable the repair rule (see answer_defect_wanted())
+ *   repair=0       disable the repair rule: on an attempt > until the answer
+ *                  is valid only if the LAST user message contains the
+ *                  violated JSON pointer (NOT_JSON for not_json); this rule
+ *                  applies to missing_field, wrong_type, invalid_value,
+ *                  extra_field and not_json; the other defects are simply
+ *                  valid after `until`
  *   latency_ms=N jitter_ms=N
  *   http=STATUS times=K retry_after=S retry_after_ms=N should_retry=true|false
- *   hang=1
+ *   hang=1         never answer; the peer is checked every second and the
+ *                  connection dropped once the client has gone
+ * An unknown key or value is answered with 400 so a typo in a test shows.
+ * The field of missing_field/wrong_type/invalid_value is field=, else the
+ * root's first `required`, else its first property; a non-object root gets
+ * no field defect.  invalid_value on a field without enum/const/pattern/
+ * format/minimum/maximum/minLength/maxLength breaks the first top-level
+ * property that has one (and that one's path is the violated path).
+ * `calls` of /stats count requests by X-Retort-Job-Id:X-Retort-Attempt;
+ * http=STATUS times=K counts the same way (without those headers: by the
+ * first user message and the computed attempt).
  *
  * Design: one MHD epoll thread (or --threads N of them) does all the HTTP
  * work; a delayed answer is computed at once, the connection is suspended
@@ -170,30 +185,6 @@ static void sb_addc(sbuf *b, char c)
     sb_add(b, &c, 1);
 }
 
-__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof(tmp)) {
-        sb_add(b, tmp, (size_t)n);
-        return;
-    }
-    sb_reserve(b, (size_t)n);
-    if (b->oom)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)n;
-}
-
 /* ------------------------------------------------------------------------ */
 /* statistics                                                               */
 
@@ -292,7 +283,7 @@ static void stats_count_request(unsigned status)
 {
     pthread_mutex_lock(&g_stats.mu);
     g_stats.requests++;
-    if (status < 600)
+    if (status > 0 && status < 600)
         g_stats.by_status[status]++;
     pthread_mutex_unlock(&g_stats.mu);
 }
@@ -345,17 +336,60 @@ static char *stats_json(void)
 /* regular expressions (pattern keyword)                                    */
 
 /* Compiled patterns are cached per thread: MHD may run several threads and
- * a benchmark sends the same schema thousands of times. */
+ * a benchmark sends the same schema thousands of times.  The cache hangs
+ * off a pthread key so that it is freed when MHD's threads exit. */
 #define RX_CACHE 32
 typedef struct rx_slot {
     char *pat;
     pcre2_code *code; /* NULL: the pattern does not compile */
 } rx_slot;
-static __thread rx_slot t_rx[RX_CACHE];
-static __thread unsigned t_rx_next;
-static __thread pcre2_match_data *t_md;
 
-static pcre2_code *rx_get(const char *pat, int *ok)
+typedef struct rx_cache {
+    rx_slot slot[RX_CACHE];
+    unsigned next;
+    pcre2_match_data *md;
+} rx_cache;
+
+static pthread_key_t g_rx_key;
+static pthread_once_t g_rx_once = PTHREAD_ONCE_INIT;
+
+static void rx_cache_free(void *p)
+{
+    rx_cache *c = p;
+    unsigned i;
+
+    if (!c)
+        return;
+    for (i = 0; i < RX_CACHE; i++) {
+        free(c->slot[i].pat);
+        if (c->slot[i].code)
+            pcre2_code_free(c->slot[i].code);
+    }
+    if (c->md)
+        pcre2_match_data_free(c->md);
+    free(c);
+}
+
+static void rx_key_init(void)
+{
+    pthread_key_create(&g_rx_key, rx_cache_free);
+}
+
+static rx_cache *rx_cache_get(void)
+{
+    rx_cache *c;
+
+    pthread_once(&g_rx_once, rx_key_init);
+    c = pthread_getspecific(g_rx_key);
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (c)
+            pthread_setspecific(g_rx_key, c);
+    }
+    return c;
+}
+
+static pcre2_code *rx_get(rx_cache *c, const char *pat, int *ok)
 {
     unsigned i;
     int ec;
@@ -363,12 +397,12 @@ static pcre2_code *rx_get(const char *pat, int *ok)
     rx_slot *s;
 
     for (i = 0; i < RX_CACHE; i++) {
-        if (t_rx[i].pat && strcmp(t_rx[i].pat, pat) == 0) {
-            *ok = t_rx[i].code != NULL;
-            return t_rx[i].code;
+        if (c->slot[i].pat && strcmp(c->slot[i].pat, pat) == 0) {
+            *ok = c->slot[i].code != NULL;
+            return c->slot[i].code;
         }
     }
-    s = &t_rx[t_rx_next++ % RX_CACHE];
+    s = &c->slot[c->next++ % RX_CACHE];
     free(s->pat);
     if (s->code)
         pcre2_code_free(s->code);
@@ -383,15 +417,19 @@ static pcre2_code *rx_get(const char *pat, int *ok)
 static int rx_match(const char *pat, const char *str)
 {
     int ok, rc;
-    pcre2_code *code = rx_get(pat, &ok);
+    rx_cache *c = rx_cache_get();
+    pcre2_code *code;
 
+    if (!c)
+        return -1;
+    code = rx_get(c, pat, &ok);
     if (!ok)
         return -1;
-    if (!t_md)
-        t_md = pcre2_match_data_create(4, NULL);
-    if (!t_md)
+    if (!c->md)
+        c->md = pcre2_match_data_create(4, NULL);
+    if (!c->md)
         return -1;
-    rc = pcre2_match(code, (PCRE2_SPTR)str, strlen(str), 0, 0, t_md, NULL);
+    rc = pcre2_match(code, (PCRE2_SPTR)str, strlen(str), 0, 0, c->md, NULL);
     if (rc >= 0)
         return 1;
     return rc == PCRE2_ERROR_NOMATCH ? 0 : -1;
@@ -1139,7 +1177,7 @@ static void format_value(const char *fmt, uint64_t h, char *buf, size_t len)
     else if (!strcmp(fmt, "uuid"))
         snprintf(buf, len, "%08x-%04x-4%03x-%x%03x-%012" PRIx64, (unsigned)(h >> 32), (unsigned)(h >> 16) & 0xffff,
                  (unsigned)h & 0xfff, 8 + (unsigned)(h2 & 3), (unsigned)(h2 >> 4) & 0xfff,
-                 (h2 >> 16) & 0xffffffffffffull);
+                 (uint64_t)((h2 >> 16) & 0xffffffffffffull));
     else if (!strcmp(fmt, "ipv4"))
         snprintf(buf, len, "192.0.2.%u", 1 + n % 254);
     else if (!strcmp(fmt, "ipv6"))
@@ -1573,9 +1611,12 @@ static void directives_parse(const char *text, directives *d)
         } else if (!strcmp(key, "repair")) {
             d->repair = strcmp(val, "0") != 0 && strcmp(val, "off") != 0 && strcmp(val, "false") != 0;
         } else if (!strcmp(key, "should_retry")) {
-            if (strcmp(val, "true") && strcmp(val, "false"))
+            if (!strcmp(val, "true"))
+                strcpy(d->should_retry, "true");
+            else if (!strcmp(val, "false"))
+                strcpy(d->should_retry, "false");
+            else
                 goto bad;
-            snprintf(d->should_retry, sizeof(d->should_retry), "%s", val);
         } else {
             if (parse_dir_long(val, &n))
                 goto bad;
@@ -1839,8 +1880,9 @@ static void apply_defect(gen *g, cJSON *inst, const cJSON *root_eff, const direc
         snprintf(field, sizeof(field), "%s", d->field);
         target = locate(inst, field, &parent);
     }
-    if (!target && !(d->field[0] && d->defect == D_INVALID_VALUE)) {
-        /* default field: first required, else first property, else first key */
+    if (!target) {
+        /* default field (also when field= names nothing in the answer):
+         * first required, else first property, else first key */
         const cJSON *req = obj_get(root_eff, "required"), *props = obj_get(root_eff, "properties");
 
         if (cJSON_IsArray(req) && cJSON_IsString(req->child))
@@ -1849,6 +1891,8 @@ static void apply_defect(gen *g, cJSON *inst, const cJSON *root_eff, const direc
             snprintf(field, sizeof(field), "%s", props->child->string);
         else if (inst->child)
             snprintf(field, sizeof(field), "%s", inst->child->string);
+        else
+            field[0] = '\0';
         target = locate(inst, field, &parent);
     }
     if (!field[0])
@@ -1876,15 +1920,12 @@ static void apply_defect(gen *g, cJSON *inst, const cJSON *root_eff, const direc
                 if (bad) {
                     snprintf(field, sizeof(field), "%s", p->string);
                     field_pointer(field, ptr, ptrlen);
-                    locate(inst, field, &parent);
                     parent = inst;
                     break;
                 }
             }
         }
         if (bad) {
-            if (!parent)
-                locate(inst, field, &parent);
             put_value(parent ? parent : inst, field, bad);
         } else if (target) {
             put_value(parent, field, wrong_type_value(target)); /* nothing to break: wrong type */
@@ -2068,6 +2109,21 @@ static void error_body(answer *a, enum api api, unsigned status, const char *msg
     cJSON_Delete(o);
 }
 
+/* A 400 that is a plain bad request, not context_length_exceeded. */
+static void plain_invalid_request(answer *a, enum api api)
+{
+    cJSON *o = a->body ? cJSON_Parse(a->body) : NULL;
+    cJSON *e = o ? cJSON_GetObjectItemCaseSensitive(o, "error") : NULL;
+
+    if (api == API_OPENAI && e)
+        cJSON_ReplaceItemInObjectCaseSensitive(e, "code", cJSON_CreateNull());
+    if (o) {
+        free(a->body);
+        a->body = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+    }
+}
+
 static const char *status_message(unsigned status)
 {
     switch (status) {
@@ -2206,28 +2262,8 @@ static void llm_answer(const llm_in *in, answer *a)
     }
     req = cJSON_ParseWithLength(in->body ? in->body : "", in->len);
     if (!cJSON_IsObject(req) || !cJSON_IsArray(obj_get(req, "messages"))) {
-        a->status = 400;
-        error_body(a, in->api, 400, "invalid request: body must be a JSON object with messages (mock)");
-        /* a plain 400, not context_length_exceeded */
-        free(a->body);
-        {
-            cJSON *o = cJSON_CreateObject(), *e;
-
-            if (in->api == API_ANTHROPIC) {
-                cJSON_AddStringToObject(o, "type", "error");
-                e = cJSON_AddObjectToObject(o, "error");
-                cJSON_AddStringToObject(e, "type", "invalid_request_error");
-                cJSON_AddStringToObject(e, "message", "messages: field required (mock)");
-            } else {
-                e = cJSON_AddObjectToObject(o, "error");
-                cJSON_AddStringToObject(e, "message", "invalid JSON body or missing messages (mock)");
-                cJSON_AddStringToObject(e, "type", "invalid_request_error");
-                cJSON_AddNullToObject(e, "param");
-                cJSON_AddNullToObject(e, "code");
-            }
-            a->body = cJSON_PrintUnformatted(o);
-            cJSON_Delete(o);
-        }
+        error_body(a, in->api, 400, "invalid request: the body must be a JSON object with messages (mock)");
+        plain_invalid_request(a, in->api);
         goto done;
     }
     chat_read(req, in->api, &c);
@@ -2239,6 +2275,7 @@ static void llm_answer(const llm_in *in, answer *a)
                       jitter(d.jitter_ms >= 0 ? d.jitter_ms : g_opt.jitter_ms);
     if (d.bad) {
         error_body(a, in->api, 400, d.bad_what);
+        plain_invalid_request(a, in->api);
         goto done;
     }
 
@@ -2485,6 +2522,8 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, unsigned status, c
     struct MHD_Response *resp;
     enum MHD_Result rc;
 
+    if (!body)
+        return MHD_NO;
     resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(body);
@@ -2699,6 +2738,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* ------------------------------------------------------------------------ */
 /* main                                                                     */
 
+static void on_signal_unused(int sig)
+{
+    (void)sig; /* never runs: the signals stay blocked and go to sigwait() */
+}
+
+/* MHD's own messages (e.g. for every connection a hanging request drops on
+ * purpose) are noise unless --log asked for details. */
+__attribute__((format(printf, 2, 0))) static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (!g_opt.log)
+        return;
+    fputs("mock-llm: mhd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mock-llm [--port N] [--host ADDR] [--latency-ms N] [--jitter-ms N]\n"
@@ -2779,7 +2834,11 @@ bad:
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     signal(SIGPIPE, SIG_IGN);
-    /* Only the main thread takes SIGINT/SIGTERM (via sigwait). */
+    /* Only the main thread takes SIGINT/SIGTERM (via sigwait).  A handler is
+     * installed first because a signal whose action is SIG_IGN (as a shell
+     * sets SIGINT for background jobs) is discarded, not left pending. */
+    signal(SIGINT, on_signal_unused);
+    signal(SIGTERM, on_signal_unused);
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
@@ -2813,14 +2872,14 @@ bad:
 
     if (g_opt.threads > 1)
         d = MHD_start_daemon(flags, (uint16_t)g_opt.port, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-                             on_completed, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                             on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned int)g_opt.max_conns,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)0, MHD_OPTION_LISTEN_BACKLOG_SIZE,
                              (unsigned int)4096, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)g_opt.threads,
                              MHD_OPTION_END);
     else
         d = MHD_start_daemon(flags, (uint16_t)g_opt.port, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-                             on_completed, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                             on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned int)g_opt.max_conns,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)0, MHD_OPTION_LISTEN_BACKLOG_SIZE,
                              (unsigned int)4096, MHD_OPTION_END);

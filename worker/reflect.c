@@ -20,6 +20,14 @@ static const char *str_or(const cJSON *obj, const char *name, const char *def) {
     return cJSON_IsString(v) && v->valuestring ? v->valuestring : def;
 }
 
+/* A violation's expected/actual: strings as they are, other JSON values as
+ * compact JSON text, null or absent as NULL.  malloc'd. */
+static char *value_text(const cJSON *v) {
+    if (!v || cJSON_IsNull(v)) return NULL;
+    if (cJSON_IsString(v)) return strdup(v->valuestring);
+    return cJSON_PrintUnformatted(v);
+}
+
 char *reflect_violations_text(const cJSON *violations) {
     sbuf b = {0};
     const cJSON *v;
@@ -28,11 +36,13 @@ char *reflect_violations_text(const cJSON *violations) {
         if (b.len) sbuf_puts(&b, "\n");
         sbuf_printf(&b, "- at %s: %s: %s", path[0] ? path : "/ (the whole answer)",
                     str_or(v, "code", "INVALID_VALUE"), str_or(v, "message", "invalid"));
-        const char *expected = str_or(v, "expected", NULL);
-        const char *actual = str_or(v, "actual", NULL);
+        char *expected = value_text(cJSON_GetObjectItemCaseSensitive(v, "expected"));
+        char *actual = value_text(cJSON_GetObjectItemCaseSensitive(v, "actual"));
         if (expected) sbuf_printf(&b, " (expected: %s", expected);
         if (actual) sbuf_printf(&b, "%sgot: %s", expected ? "; " : " (", actual);
         if (expected || actual) sbuf_puts(&b, ")");
+        free(expected);
+        free(actual);
     }
     if (!b.len) sbuf_puts(&b, "- the answer did not pass validation");
     return sbuf_take(&b);

@@ -1,5 +1,7 @@
 #include "status_cli.h"
 
+#include "cli_config.h"
+
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +18,7 @@ int status_cli_main(int argc, char **argv) {
     }
     const char *job_id = argv[1];
     config *cfg = NULL;
-    int rc = main_load_config(argc - 1, argv + 1, &cfg, NULL);
+    int rc = cli_config_load(argc - 1, argv + 1, &cfg, NULL);
     if (rc) return rc;
     redisContext *c = NULL;
     redisReply *h = NULL, *l = NULL;

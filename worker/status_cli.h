@@ -7,7 +7,4 @@
 
 int status_cli_main(int argc, char **argv);
 
-/* Defined in main.c: defaults < file < environment < flags. */
-int main_load_config(int argc, char **argv, config **out, int *print_config);
-
 #endif

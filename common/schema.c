@@ -1,0 +1,3525 @@
+/* schema.c - JSON Schema compiler and validator (see schema.h).
+ *
+ * Compile: every document involved (the root, registry documents, the
+ * embedded metaschemas) is first *indexed*: each schema position gets its
+ * base URI (resource), dialect and location, and every $id / $anchor /
+ * $dynamicAnchor URI is recorded.  Nodes are then compiled on demand into a
+ * tree with keyword arrays in document order; $ref targets are resolved
+ * after the tree is built (cycles are plain pointers).  Nothing compiled
+ * points into the cJSON input: enum/const values are duplicated.
+ *
+ * Validate: a recursive walk with bounded depth.  A first pass runs without
+ * collecting violations and short-circuits; only when the instance is
+ * invalid and the caller wants violations is a second, reporting pass made.
+ * Annotations for unevaluated* are bitsets over the members/items of the
+ * instance, created only by nodes that use unevaluated*.
+ */
+#include "schema.h"
+#include "schema_format.h"
+#include "schema_meta.h"
+#include "schema_regex.h"
+#include "schema_uri.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_COMPILE_DEPTH 512
+#define MAX_EVAL_DEPTH 512
+#define SNIPPET_MAX 200
+#define DEFAULT_MAX_VIOLATIONS 32
+#define DEFAULT_BASE_URI "https://retort.invalid/root.json"
+
+/* ------------------------------------------------------------------ */
+/* arena                                                                */
+
+typedef struct arena_blk {
+    struct arena_blk *next;
+    size_t used, cap;
+    max_align_t data[];
+} arena_blk;
+
+typedef struct arena {
+    arena_blk *head;
+} arena;
+
+static void *arena_alloc(arena *a, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0)
+        n = 16;
+    if (!a->head || a->head->used + n > a->head->cap) {
+        size_t cap = n > 16384 ? n : 16384;
+        arena_blk *b = malloc(sizeof *b + cap);
+        if (!b)
+            return NULL;
+        b->next = a->head;
+        b->used = 0;
+        b->cap = cap;
+        a->head = b;
+    }
+    void *p = (unsigned char *)a->head->data + a->head->used;
+    a->head->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+static char *arena_strndup(arena *a, const char *s, size_t n)
+{
+    char *p = arena_alloc(a, n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static char *arena_strdup(arena *a, const char *s)
+{
+    return arena_strndup(a, s, strlen(s));
+}
+
+static void arena_free(arena *a)
+{
+    arena_blk *b = a->head;
+    while (b) {
+        arena_blk *n = b->next;
+        free(b);
+        b = n;
+    }
+    a->head = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* hashing and maps                                                     */
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_ptr(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* string -> pointer; keys are not copied (callers keep them alive) */
+typedef struct smap_ent {
+    const char *key;
+    uint64_t h;
+    void *val;
+} smap_ent;
+
+typedef struct smap {
+    smap_ent *e;
+    size_t cap, n;
+} smap;
+
+static void *smap_get(const smap *m, const char *key)
+{
+    if (!m->cap)
+        return NULL;
+    uint64_t h = hash_bytes(key, strlen(key));
+    for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->e[i].key)
+            return NULL;
+        if (m->e[i].h == h && strcmp(m->e[i].key, key) == 0)
+            return m->e[i].val;
+    }
+}
+
+static int smap_grow(smap *m)
+{
+    size_t ncap = m->cap ? m->cap * 2 : 16;
+    smap_ent *ne = calloc(ncap, sizeof *ne);
+    if (!ne)
+        return -1;
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->e[i].key)
+            continue;
+        size_t j = m->e[i].h & (ncap - 1);
+        while (ne[j].key)
+            j = (j + 1) & (ncap - 1);
+        ne[j] = m->e[i];
+    }
+    free(m->e);
+    m->e = ne;
+    m->cap = ncap;
+    return 0;
+}
+
+/* 0 inserted, 1 already present (not replaced), -1 out of memory */
+static int smap_put(smap *m, const char *key, void *val)
+{
+    if ((m->n + 1) * 2 > m->cap && smap_grow(m) < 0)
+        return -1;
+    uint64_t h = hash_bytes(key, strlen(key));
+    size_t i = h & (m->cap - 1);
+    while (m->e[i].key) {
+        if (m->e[i].h == h && strcmp(m->e[i].key, key) == 0)
+            return 1;
+        i = (i + 1) & (m->cap - 1);
+    }
+    m->e[i] = (smap_ent){ key, h, val };
+    m->n++;
+    return 0;
+}
+
+static void smap_free(smap *m)
+{
+    free(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+/* pointer -> pointer */
+typedef struct pmap_ent {
+    const void *key;
+    void *val;
+} pmap_ent;
+
+typedef struct pmap {
+    pmap_ent *e;
+    size_t cap, n;
+} pmap;
+
+static void *pmap_get(const pmap *m, const void *key)
+{
+    if (!m->cap)
+        return NULL;
+    for (size_t i = hash_ptr(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->e[i].key)
+            return NULL;
+        if (m->e[i].key == key)
+            return m->e[i].val;
+    }
+}
+
+static int pmap_put(pmap *m, const void *key, void *val)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 64;
+        pmap_ent *ne = calloc(ncap, sizeof *ne);
+        if (!ne)
+            return -1;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->e[i].key)
+                continue;
+            size_t j = hash_ptr(m->e[i].key) & (ncap - 1);
+            while (ne[j].key)
+                j = (j + 1) & (ncap - 1);
+            ne[j] = m->e[i];
+        }
+        free(m->e);
+        m->e = ne;
+        m->cap = ncap;
+    }
+    size_t i = hash_ptr(key) & (m->cap - 1);
+    while (m->e[i].key) {
+        if (m->e[i].key == key) {
+            m->e[i].val = val;
+            return 0;
+        }
+        i = (i + 1) & (m->cap - 1);
+    }
+    m->e[i] = (pmap_ent){ key, val };
+    m->n++;
+    return 0;
+}
+
+static void pmap_free(pmap *m)
+{
+    free(m->e);
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------------------------ */
+/* JSON helpers: equality, hashing, bounded printing, numbers           */
+
+static int json_equal(const cJSON *a, const cJSON *b);
+
+static int json_type(const cJSON *v)
+{
+    return v->type & 0xFF;
+}
+
+static size_t json_count(const cJSON *v)
+{
+    size_t n = 0;
+    for (const cJSON *c = v->child; c; c = c->next)
+        n++;
+    return n;
+}
+
+static const cJSON *json_member(const cJSON *obj, const char *key)
+{
+    for (const cJSON *c = obj->child; c; c = c->next)
+        if (c->string && strcmp(c->string, key) == 0)
+            return c;
+    return NULL;
+}
+
+static int json_equal(const cJSON *a, const cJSON *b)
+{
+    int t = json_type(a);
+    if (t != json_type(b))
+        return 0;
+    switch (t) {
+    case cJSON_Number:
+        return a->valuedouble == b->valuedouble;
+    case cJSON_String:
+        return strcmp(a->valuestring, b->valuestring) == 0;
+    case cJSON_Array: {
+        const cJSON *x = a->child, *y = b->child;
+        for (; x && y; x = x->next, y = y->next)
+            if (!json_equal(x, y))
+                return 0;
+        return !x && !y;
+    }
+    case cJSON_Object: {
+        if (json_count(a) != json_count(b))
+            return 0;
+        for (const cJSON *x = a->child; x; x = x->next) {
+            const cJSON *y = json_member(b, x->string);
+            if (!y || !json_equal(x, y))
+                return 0;
+        }
+        return 1;
+    }
+    default:
+        return 1;
+    }
+}
+
+/* Consistent with json_equal: 1 and 1.0 hash alike, key order ignored. */
+static uint64_t json_hash(const cJSON *v)
+{
+    int t = json_type(v);
+    uint64_t h = (uint64_t)t * 0x9E3779B97F4A7C15ull;
+    switch (t) {
+    case cJSON_Number: {
+        double d = v->valuedouble;
+        if (d == 0)
+            d = 0; /* -0 == 0 */
+        uint64_t bits;
+        memcpy(&bits, &d, sizeof bits);
+        return h ^ hash_ptr((void *)(uintptr_t)bits);
+    }
+    case cJSON_String:
+        return h ^ hash_bytes(v->valuestring, strlen(v->valuestring));
+    case cJSON_Array:
+        for (const cJSON *c = v->child; c; c = c->next)
+            h = (h ^ json_hash(c)) * 0x100000001b3ull;
+        return h;
+    case cJSON_Object: {
+        uint64_t sum = 0;
+        for (const cJSON *c = v->child; c; c = c->next)
+            sum += hash_bytes(c->string, strlen(c->string)) * 31 + (json_hash(c) ^ 0x5bd1e995u);
+        return h ^ sum;
+    }
+    default:
+        return h;
+    }
+}
+
+/* Shortest representation of d that reads back as d. */
+static void fmt_num(double d, char *buf, size_t n)
+{
+    if (!isfinite(d)) {
+        snprintf(buf, n, "%s", isnan(d) ? "NaN" : (d > 0 ? "1e999" : "-1e999"));
+        return;
+    }
+    if (d == floor(d) && fabs(d) < 1e17) {
+        snprintf(buf, n, "%.0f", d);
+        return;
+    }
+    for (int p = 15; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, d);
+        if (strtod(buf, NULL) == d)
+            return;
+    }
+}
+
+typedef struct jw {
+    char *buf;
+    size_t len, cap;
+    int full;
+} jw;
+
+static void jw_put(jw *w, const char *s, size_t n)
+{
+    if (w->full)
+        return;
+    if (w->len + n > w->cap) {
+        size_t k = w->cap - w->len;
+        /* do not cut a UTF-8 sequence in half */
+        while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
+            k--;
+        memcpy(w->buf + w->len, s, k);
+        w->len += k;
+        w->full = 1;
+        return;
+    }
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+static void jw_string(jw *w, const char *s)
+{
+    jw_put(w, "\"", 1);
+    const char *run = s;
+    for (; *s && !w->full; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch >= 0x20 && ch != '"' && ch != '\\')
+            continue;
+        jw_put(w, run, (size_t)(s - run));
+        char esc[8];
+        switch (ch) {
+        case '"': jw_put(w, "\\\"", 2); break;
+        case '\\': jw_put(w, "\\\\", 2); break;
+        case '\n': jw_put(w, "\\n", 2); break;
+        case '\r': jw_put(w, "\\r", 2); break;
+        case '\t': jw_put(w, "\\t", 2); break;
+        default:
+            snprintf(esc, sizeof esc, "\\u%04x", ch);
+            jw_put(w, esc, 6);
+        }
+        run = s + 1;
+    }
+    jw_put(w, run, (size_t)(s - run));
+    jw_put(w, "\"", 1);
+}
+
+static void jw_value(jw *w, const cJSON *v, int depth)
+{
+    if (w->full)
+        return;
+    if (depth > 64) {
+        jw_put(w, "...", 3);
+        return;
+    }
+    char num[40];
+    switch (json_type(v)) {
+    case cJSON_NULL: jw_put(w, "null", 4); break;
+    case cJSON_True: jw_put(w, "true", 4); break;
+    case cJSON_False: jw_put(w, "false", 5); break;
+    case cJSON_Number:
+        fmt_num(v->valuedouble, num, sizeof num);
+        jw_put(w, num, strlen(num));
+        break;
+    case cJSON_String: jw_string(w, v->valuestring); break;
+    case cJSON_Array:
+        jw_put(w, "[", 1);
+        for (const cJSON *c = v->child; c && !w->full; c = c->next) {
+            jw_value(w, c, depth + 1);
+            if (c->next)
+                jw_put(w, ",", 1);
+        }
+        jw_put(w, "]", 1);
+        break;
+    case cJSON_Object:
+        jw_put(w, "{", 1);
+        for (const cJSON *c = v->child; c && !w->full; c = c->next) {
+            jw_string(w, c->string);
+            jw_put(w, ":", 1);
+            jw_value(w, c, depth + 1);
+            if (c->next)
+                jw_put(w, ",", 1);
+        }
+        jw_put(w, "}", 1);
+        break;
+    default:
+        jw_put(w, "null", 4);
+    }
+}
+
+/* JSON text of v, at most ~max bytes ("..." appended when cut); malloc'd. */
+static char *json_snippet(const cJSON *v, size_t max)
+{
+    char *buf = malloc(max + 4);
+    if (!buf)
+        return NULL;
+    jw w = { buf, 0, max, 0 };
+    jw_value(&w, v, 0);
+    if (w.full) {
+        memcpy(buf + w.len, "...", 3);
+        w.len += 3;
+    }
+    buf[w.len] = '\0';
+    return buf;
+}
+
+static char *json_string_text(const char *s)
+{
+    cJSON tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.type = cJSON_String;
+    tmp.valuestring = (char *)s;
+    return json_snippet(&tmp, SNIPPET_MAX);
+}
+
+/* Exact decimal value of a double as mant * 10^exp (mant without trailing
+ * zeros), from its shortest round-trip representation: this is the number
+ * as the JSON text most likely wrote it (0.1 stays 1e-1). */
+typedef struct decimal {
+    uint64_t mant;
+    int exp;
+} decimal;
+
+static int decimal_of(double d, decimal *out)
+{
+    if (!isfinite(d))
+        return -1;
+    d = fabs(d);
+    if (d == 0) {
+        out->mant = 0;
+        out->exp = 0;
+        return 0;
+    }
+    char buf[40];
+    for (int p = 15; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p - 1, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    uint64_t m = 0;
+    int digits = 0;
+    const char *s = buf;
+    for (; *s && *s != 'e'; s++) {
+        if (*s >= '0' && *s <= '9') {
+            m = m * 10 + (uint64_t)(*s - '0');
+            digits++;
+        }
+    }
+    int e = *s == 'e' ? atoi(s + 1) : 0;
+    e -= digits - 1;
+    while (m && m % 10 == 0) {
+        m /= 10;
+        e++;
+    }
+    out->mant = m;
+    out->exp = e;
+    return 0;
+}
+
+/* Is x an integer multiple of m (m given as decimal too)? */
+static int is_multiple(double x, double m, const decimal *md)
+{
+    if (x == 0)
+        return 1;
+    if (x == floor(x) && m == floor(m) && fabs(x) < 9e15 && m < 9e15)
+        return fmod(x, m) == 0;
+    decimal xd;
+    if (decimal_of(x, &xd) < 0 || md->mant == 0)
+        return 0;
+    int e = xd.exp - md->exp;
+    if (e < 0)
+        return 0; /* xd.mant has no factor 10, so it cannot absorb 10^-e */
+    unsigned __int128 r = xd.mant % md->mant;
+    unsigned __int128 base = 10 % md->mant, acc = 1 % md->mant;
+    unsigned int k = (unsigned int)e;
+    while (k) {
+        if (k & 1)
+            acc = acc * base % md->mant;
+        base = base * base % md->mant;
+        k >>= 1;
+    }
+    return r * acc % md->mant == 0;
+}
+
+/* UTF-8: validates and counts code points.  -1 when invalid. */
+static long long utf8_count(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    long long n = 0;
+    while (i < len) {
+        /* ASCII fast path, 8 bytes at a time */
+        while (i + 8 <= len) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull)
+                break;
+            i += 8;
+            n += 8;
+        }
+        if (i >= len)
+            break;
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= len || (s[i + 1] & 0xC0) != 0x80)
+                return -1;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= len || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
+                return -1;
+            if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F))
+                return -1;
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= len || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 ||
+                (s[i + 3] & 0xC0) != 0x80)
+                return -1;
+            if ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F))
+                return -1;
+            i += 4;
+        } else {
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* dialects and keywords                                                */
+
+enum draft { D2020 = 0, D2019 = 1, D7 = 2 };
+
+enum vocab {
+    V_CORE = 1, V_APPLICATOR = 2, V_UNEVAL = 4, V_VALIDATION = 8,
+    V_FORMAT = 16, V_FORMAT_ASSERT = 32, V_CONTENT = 64, V_META = 128
+};
+#define V_ALL (V_CORE | V_APPLICATOR | V_UNEVAL | V_VALIDATION | V_FORMAT | V_CONTENT | V_META)
+
+typedef struct dialect {
+    int draft;
+    int vocab;
+} dialect;
+
+enum kw_id {
+    K_NONE = 0,
+    K_REF, K_DYNREF, K_TYPE, K_ENUM, K_CONST,
+    K_MULTIPLE_OF, K_MAXIMUM, K_MINIMUM, K_XMAXIMUM, K_XMINIMUM,
+    K_MAX_LENGTH, K_MIN_LENGTH, K_PATTERN, K_FORMAT,
+    K_ITEMS, K_CONTAINS, K_MAX_ITEMS, K_MIN_ITEMS, K_UNIQUE,
+    K_PROPS, K_REQUIRED, K_DEP_REQUIRED, K_DEP_SCHEMAS, K_PROPERTY_NAMES,
+    K_MAX_PROPS, K_MIN_PROPS,
+    K_ALL_OF, K_ANY_OF, K_ONE_OF, K_NOT, K_IF,
+    K_UNEVAL_ITEMS, K_UNEVAL_PROPS,
+    K__COUNT
+};
+
+/* ------------------------------------------------------------------ */
+/* compiled form                                                        */
+
+enum { T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_NUMBER = 16, T_STRING = 32, T_INTEGER = 64 };
+enum { B_NONE = 0, B_TRUE = 1, B_FALSE = 2 };
+enum { UE_ITEMS = 1, UE_PROPS = 2 };
+
+typedef struct node node;
+
+typedef struct rres { /* runtime resource, for the dynamic scope */
+    const char *uri;
+    size_t ndyn;
+    const char **dyn_names;
+    node **dyn_nodes;
+} rres;
+
+typedef struct prop_ent {
+    const char *name; /* NULL = empty slot */
+    uint64_t h;
+    node *schema;     /* from properties, or NULL */
+    int32_t req;      /* index in required, or -1 */
+} prop_ent;
+
+typedef struct patprop {
+    schema_regex *re;
+    node *schema;
+} patprop;
+
+typedef struct dep_req {
+    const char *name;
+    const char *kw; /* "dependentRequired/x" or "dependencies/x" */
+    const char **names;
+    size_t n;
+} dep_req;
+
+typedef struct dep_sch {
+    const char *name;
+    node *schema;
+} dep_sch;
+
+struct node {
+    const char *loc; /* "" (root), "/properties/a", "uri#/defs/x" */
+    const rres *res;
+    uint8_t boolean;
+    uint8_t types;
+    uint8_t uneval;
+    uint8_t unique;
+    uint8_t fmt;
+    uint8_t norder;
+    uint8_t order[K__COUNT];
+    const char *type_text, *enum_text, *const_text, *pattern_text;
+    cJSON *enum_vals;
+    uint64_t *enum_h;
+    size_t n_enum;
+    cJSON *const_val;
+    double maximum, minimum, xmaximum, xminimum, multiple_of;
+    decimal multiple_dec;
+    uint64_t max_length, min_length, max_items, min_items, max_props, min_props;
+    uint64_t min_contains, max_contains;
+    int has_max_contains;
+    schema_regex *pattern;
+    node **prefix;
+    size_t n_prefix;
+    node *items;
+    const char *prefix_kw, *items_kw;
+    node *contains;
+    prop_ent *props; /* open addressing, mask + 1 slots */
+    size_t props_mask;
+    size_t n_props;
+    patprop *pats;
+    size_t n_pats;
+    node *additional;
+    const char **required;
+    size_t n_required;
+    dep_req *dreq;
+    size_t n_dreq;
+    dep_sch *dsch;
+    size_t n_dsch;
+    const char *dsch_kw;
+    node *property_names;
+    node **all_of, **any_of, **one_of;
+    size_t n_all_of, n_any_of, n_one_of;
+    node *not_, *if_, *then_, *else_;
+    node *ref;
+    node *dynref;
+    const char *dyn_name; /* non-NULL: $dynamicRef is dynamic */
+    node *uneval_items, *uneval_props;
+};
+
+typedef struct res_list {
+    schema_regex *re;
+    struct res_list *next;
+} res_list;
+
+struct schema {
+    arena a;
+    node *root;
+    size_t max_violations;
+    int dynamic;
+    schema_regex **regexes;
+    size_t n_regexes, cap_regexes;
+    cJSON **jsons;
+    size_t n_jsons, cap_jsons;
+};
+
+/* ------------------------------------------------------------------ */
+/* registry                                                             */
+
+typedef struct regdoc {
+    char *uri;
+    cJSON *doc;
+    struct regdoc *next;
+} regdoc;
+
+struct schema_registry {
+    arena a;
+    smap map; /* resource URI -> regdoc */
+    regdoc *docs;
+};
+
+static const char *const SUBSCHEMA_SINGLE[] = {
+    "additionalProperties", "propertyNames", "contains", "not", "if", "then", "else",
+    "unevaluatedItems", "unevaluatedProperties", "additionalItems", "contentSchema", "items", NULL
+};
+static const char *const SUBSCHEMA_ARRAY[] = { "allOf", "anyOf", "oneOf", "prefixItems", "items", NULL };
+static const char *const SUBSCHEMA_MAP[] = {
+    "properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies", NULL
+};
+
+static int in_list(const char *const *list, const char *s)
+{
+    for (; *list; list++)
+        if (strcmp(*list, s) == 0)
+            return 1;
+    return 0;
+}
+
+/* Records every $id of doc (dialect-agnostic) as a key to rd. */
+static int reg_scan(schema_registry *reg, regdoc *rd, const cJSON *js, const char *base, int depth)
+{
+    if (!cJSON_IsObject(js) || depth > MAX_COMPILE_DEPTH)
+        return 0;
+    char *own = NULL;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(js, "$id");
+    if (cJSON_IsString(id) && id->valuestring[0] != '#') {
+        own = schema_uri_resolve(base, id->valuestring);
+        if (!own)
+            return -1;
+        own[schema_uri_base_len(own)] = '\0';
+        char *key = arena_strdup(&reg->a, own);
+        if (!key || smap_put(&reg->map, key, rd) < 0) {
+            free(own);
+            return -1;
+        }
+        base = own;
+    }
+    int rc = 0;
+    for (const cJSON *m = js->child; m && rc == 0; m = m->next) {
+        if (in_list(SUBSCHEMA_SINGLE, m->string) && cJSON_IsObject(m))
+            rc = reg_scan(reg, rd, m, base, depth + 1);
+        if (in_list(SUBSCHEMA_ARRAY, m->string) && cJSON_IsArray(m))
+            for (const cJSON *c = m->child; c && rc == 0; c = c->next)
+                rc = reg_scan(reg, rd, c, base, depth + 1);
+        if (in_list(SUBSCHEMA_MAP, m->string) && cJSON_IsObject(m))
+            for (const cJSON *c = m->child; c && rc == 0; c = c->next)
+                rc = reg_scan(reg, rd, c, base, depth + 1);
+    }
+    free(own);
+    return rc;
+}
+
+schema_registry *schema_registry_new(void)
+{
+    return calloc(1, sizeof(schema_registry));
+}
+
+void schema_registry_free(schema_registry *reg)
+{
+    if (!reg)
+        return;
+    for (regdoc *d = reg->docs; d; d = d->next)
+        cJSON_Delete(d->doc);
+    smap_free(&reg->map);
+    arena_free(&reg->a);
+    free(reg);
+}
+
+int schema_registry_add(schema_registry *reg, const char *uri, const cJSON *doc, char *err,
+                        size_t errlen)
+{
+    int rc = -1;
+    char *norm = NULL;
+    if (!reg || !uri || !doc) {
+        snprintf(err, errlen, "schema_registry_add: NULL argument");
+        goto done;
+    }
+    norm = schema_uri_resolve(uri, "");
+    if (!norm)
+        goto oom;
+    norm[schema_uri_base_len(norm)] = '\0';
+    regdoc *rd = arena_alloc(&reg->a, sizeof *rd);
+    if (!rd)
+        goto oom;
+    rd->uri = arena_strdup(&reg->a, norm);
+    rd->doc = cJSON_Duplicate(doc, 1);
+    if (!rd->uri || !rd->doc) {
+        cJSON_Delete(rd->doc);
+        goto oom;
+    }
+    rd->next = reg->docs;
+    reg->docs = rd;
+    if (smap_put(&reg->map, rd->uri, rd) < 0 || reg_scan(reg, rd, rd->doc, rd->uri, 0) < 0)
+        goto oom;
+    rc = 0;
+    goto done;
+oom:
+    snprintf(err, errlen, "out of memory");
+done:
+    free(norm);
+    return rc;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0)
+            break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static int load_dir_rec(schema_registry *reg, const char *dir, const char *base_uri,
+                        const char *rel, int depth, char *err, size_t errlen)
+{
+    if (depth > 32)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s%s", dir, rel[0] ? "/" : "", rel);
+    DIR *d = opendir(path);
+    if (!d) {
+        snprintf(err, errlen, "cannot open directory %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char relp[4096], full[8200];
+        snprintf(relp, sizeof relp, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", dir, relp);
+        struct stat st;
+        if (stat(full, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            rc = load_dir_rec(reg, dir, base_uri, relp, depth + 1, err, errlen);
+            continue;
+        }
+        size_t nl = strlen(e->d_name);
+        if (nl < 5 || strcmp(e->d_name + nl - 5, ".json") != 0)
+            continue;
+        size_t len = 0;
+        char *text = read_file(full, &len);
+        if (!text) {
+            snprintf(err, errlen, "cannot read %s", full);
+            rc = -1;
+            break;
+        }
+        cJSON *doc = cJSON_ParseWithLength(text, len);
+        free(text);
+        if (!doc) {
+            snprintf(err, errlen, "%s: not valid JSON", full);
+            rc = -1;
+            break;
+        }
+        char uri[8192];
+        snprintf(uri, sizeof uri, "%s%s", base_uri, relp);
+        rc = schema_registry_add(reg, uri, doc, err, errlen);
+        cJSON_Delete(doc);
+    }
+    closedir(d);
+    return rc;
+}
+
+int schema_registry_load_dir(schema_registry *reg, const char *dir, const char *base_uri,
+                             char *err, size_t errlen)
+{
+    if (!reg || !dir || !base_uri) {
+        snprintf(err, errlen, "schema_registry_load_dir: NULL argument");
+        return -1;
+    }
+    return load_dir_rec(reg, dir, base_uri, "", 0, err, errlen);
+}
+
+/* The embedded metaschemas: one immutable registry for the process. */
+static schema_registry *g_builtin;
+static pthread_once_t g_builtin_once = PTHREAD_ONCE_INIT;
+
+static void builtin_init(void)
+{
+    schema_registry *reg = schema_registry_new();
+    if (!reg)
+        return;
+    char err[128];
+    for (size_t i = 0; i < schema_meta_count(); i++) {
+        cJSON *doc = cJSON_Parse(schema_meta_text(i));
+        if (doc)
+            (void)schema_registry_add(reg, schema_meta_uri(i), doc, err, sizeof err);
+        cJSON_Delete(doc);
+    }
+    g_builtin = reg;
+}
+
+static regdoc *registry_find(const schema_registry *reg, const char *uri)
+{
+    regdoc *rd = reg ? smap_get(&reg->map, uri) : NULL;
+    if (!rd) {
+        pthread_once(&g_builtin_once, builtin_init);
+        if (g_builtin)
+            rd = smap_get(&g_builtin->map, uri);
+    }
+    return rd;
+}
+
+/* ------------------------------------------------------------------ */
+/* compile context                                                      */
+
+typedef struct cres {
+    const char *uri;
+    rres *rt;
+    size_t ndyn;
+    const char *dyn_names[16];
+    const cJSON *dyn_js[16];
+    struct cres *next;
+} cres;
+
+typedef struct cinfo {
+    const cJSON *js;
+    cres *res;
+    dialect d;
+    const char *ptr;
+} cinfo;
+
+typedef struct pending {
+    node **slot;
+    const char *uri;
+    dialect d;
+    const char *loc;
+    int dynamic;
+    const char **dyn_name_slot;
+    struct pending *next;
+} pending;
+
+typedef struct cctx {
+    schema *s;
+    arena tmp;
+    const schema_registry *reg;
+    const schema_options *opts;
+    smap uris;  /* absolute URI (+ "#anchor") -> cinfo */
+    pmap infos; /* cJSON* -> cinfo */
+    pmap memo;  /* cJSON* -> node */
+    pmap docs;  /* regdoc -> indexed */
+    pending *pend;
+    cres *resources;
+    int depth;
+    int failed;
+    char *err;
+    size_t errlen;
+} cctx;
+
+static void cfail(cctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cfail(cctx *c, const char *fmt, ...)
+{
+    if (c->failed)
+        return;
+    c->failed = 1;
+    if (c->err && c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, c->errlen, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static void *calloc_or_fail(cctx *c, size_t n)
+{
+    void *p = arena_alloc(&c->s->a, n);
+    if (!p)
+        cfail(c, "out of memory");
+    return p;
+}
+
+static char *tmp_printf(cctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *tmp_printf(cctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *p = arena_alloc(&c->tmp, (size_t)n + 1);
+    if (!p) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+/* JSON Pointer escaping of one token into the tmp arena. */
+static char *ptr_join(cctx *c, const char *base, const char *tok)
+{
+    size_t bl = strlen(base), extra = 0;
+    for (const char *t = tok; *t; t++)
+        extra += (*t == '~' || *t == '/') ? 2 : 1;
+    char *p = arena_alloc(&c->tmp, bl + extra + 2);
+    if (!p) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    memcpy(p, base, bl);
+    char *w = p + bl;
+    *w++ = '/';
+    for (const char *t = tok; *t; t++) {
+        if (*t == '~') {
+            *w++ = '~';
+            *w++ = '0';
+        } else if (*t == '/') {
+            *w++ = '~';
+            *w++ = '1';
+        } else {
+            *w++ = *t;
+        }
+    }
+    *w = '\0';
+    return p;
+}
+
+static int dialect_of_uri(cctx *c, const char *uri, dialect cur, dialect *out, int depth);
+
+static cres *new_res(cctx *c, const char *uri)
+{
+    cres *r = arena_alloc(&c->tmp, sizeof *r);
+    if (!r) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    r->uri = arena_strdup(&c->tmp, uri);
+    r->next = c->resources;
+    c->resources = r;
+    return r;
+}
+
+static cinfo *add_info(cctx *c, const cJSON *js, cres *res, dialect d, const char *ptr)
+{
+    cinfo *i = arena_alloc(&c->tmp, sizeof *i);
+    if (!i || pmap_put(&c->infos, js, i) < 0) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    i->js = js;
+    i->res = res;
+    i->d = d;
+    i->ptr = ptr;
+    return i;
+}
+
+static void put_uri(cctx *c, const char *uri, cinfo *info)
+{
+    char *k = arena_strdup(&c->tmp, uri);
+    if (!k || smap_put(&c->uris, k, info) < 0)
+        cfail(c, "out of memory");
+}
+
+static int index_node(cctx *c, const cJSON *js, cres *res, dialect d, const char *ptr, int is_root,
+                      int depth)
+{
+    if (c->failed)
+        return -1;
+    if (depth > MAX_COMPILE_DEPTH) {
+        cfail(c, "%s: schema nesting too deep (limit %d)", ptr, MAX_COMPILE_DEPTH);
+        return -1;
+    }
+    if (pmap_get(&c->infos, js))
+        return 0;
+    if (cJSON_IsBool(js)) {
+        if (is_root)
+            put_uri(c, res->uri, add_info(c, js, res, d, ptr));
+        else
+            add_info(c, js, res, d, ptr);
+        return c->failed ? -1 : 0;
+    }
+    if (!cJSON_IsObject(js))
+        return 0;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(js, "$id");
+    const cJSON *sch = cJSON_GetObjectItemCaseSensitive(js, "$schema");
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(js, "$ref");
+    if (cJSON_IsString(sch) && (is_root || cJSON_IsString(id))) {
+        if (dialect_of_uri(c, sch->valuestring, d, &d, 0) < 0)
+            return -1;
+    }
+    if (d.draft == D7 && ref) {
+        cinfo *ci = add_info(c, js, res, d, ptr);
+        if (is_root && ci)
+            put_uri(c, res->uri, ci);
+        return c->failed ? -1 : 0;
+    }
+    char *anchor_d7 = NULL;
+    if (cJSON_IsString(id)) {
+        if (d.draft == D7 && id->valuestring[0] == '#') {
+            anchor_d7 = tmp_printf(c, "%s%s", res->uri, id->valuestring);
+        } else {
+            char *abs = schema_uri_resolve(res->uri, id->valuestring);
+            if (!abs) {
+                cfail(c, "out of memory");
+                return -1;
+            }
+            size_t bl = schema_uri_base_len(abs);
+            if (d.draft == D7 && abs[bl] == '#' && abs[bl + 1])
+                anchor_d7 = tmp_printf(c, "%s", abs);
+            abs[bl] = '\0';
+            if (strcmp(abs, res->uri) != 0 || !is_root) {
+                cres *nr = new_res(c, abs);
+                if (nr)
+                    res = nr;
+            }
+            free(abs);
+            if (anchor_d7 && res) {
+                /* "http://x/y#foo" in draft 7: anchor foo in resource x/y */
+                const char *h = strchr(anchor_d7, '#');
+                anchor_d7 = tmp_printf(c, "%s%s", res->uri, h);
+            }
+        }
+    }
+    if (c->failed)
+        return -1;
+    cinfo *ci = add_info(c, js, res, d, ptr);
+    if (!ci)
+        return -1;
+    if (is_root || cJSON_IsString(id)) {
+        if (!smap_get(&c->uris, res->uri))
+            put_uri(c, res->uri, ci);
+    }
+    if (anchor_d7)
+        put_uri(c, anchor_d7, ci);
+    if (d.draft != D7) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(js, "$anchor");
+        if (cJSON_IsString(a))
+            put_uri(c, tmp_printf(c, "%s#%s", res->uri, a->valuestring), ci);
+        a = cJSON_GetObjectItemCaseSensitive(js, "$dynamicAnchor");
+        if (d.draft == D2020 && cJSON_IsString(a)) {
+            char *u = tmp_printf(c, "%s#%s", res->uri, a->valuestring);
+            if (u && !smap_get(&c->uris, u))
+                put_uri(c, u, ci);
+            if (res->ndyn < 16) {
+                res->dyn_names[res->ndyn] = arena_strdup(&c->tmp, a->valuestring);
+                res->dyn_js[res->ndyn++] = js;
+            }
+        }
+    }
+    for (const cJSON *m = js->child; m && !c->failed; m = m->next) {
+        const char *k = m->string;
+        if (d.draft == D7 && (strcmp(k, "$defs") == 0 || strncmp(k, "unevaluated", 11) == 0))
+            continue;
+        if (in_list(SUBSCHEMA_SINGLE, k) && (cJSON_IsObject(m) || cJSON_IsBool(m))) {
+            index_node(c, m, res, d, ptr_join(c, ptr, k), 0, depth + 1);
+        } else if (in_list(SUBSCHEMA_ARRAY, k) && cJSON_IsArray(m)) {
+            char *p = ptr_join(c, ptr, k);
+            int i = 0;
+            for (const cJSON *e = m->child; e && p; e = e->next, i++)
+                index_node(c, e, res, d, tmp_printf(c, "%s/%d", p, i), 0, depth + 1);
+        } else if (in_list(SUBSCHEMA_MAP, k) && cJSON_IsObject(m)) {
+            char *p = ptr_join(c, ptr, k);
+            for (const cJSON *e = m->child; e && p; e = e->next)
+                index_node(c, e, res, d, ptr_join(c, p, e->string), 0, depth + 1);
+        }
+    }
+    return c->failed ? -1 : 0;
+}
+
+static const char *const VOCAB_URIS[] = {
+    "https://json-schema.org/draft/2020-12/vocab/core",
+    "https://json-schema.org/draft/2020-12/vocab/applicator",
+    "https://json-schema.org/draft/2020-12/vocab/unevaluated",
+    "https://json-schema.org/draft/2020-12/vocab/validation",
+    "https://json-schema.org/draft/2020-12/vocab/format-annotation",
+    "https://json-schema.org/draft/2020-12/vocab/format-assertion",
+    "https://json-schema.org/draft/2020-12/vocab/content",
+    "https://json-schema.org/draft/2020-12/vocab/meta-data",
+};
+
+static int dialect_of_uri(cctx *c, const char *uri, dialect cur, dialect *out, int depth)
+{
+    size_t n = schema_uri_base_len(uri);
+    char u[512];
+    if (n >= sizeof u) {
+        *out = cur;
+        return 0;
+    }
+    memcpy(u, uri, n);
+    u[n] = '\0';
+    if (strcmp(u, "https://json-schema.org/draft/2020-12/schema") == 0) {
+        *out = (dialect){ D2020, V_ALL };
+        return 0;
+    }
+    if (strcmp(u, "https://json-schema.org/draft/2019-09/schema") == 0) {
+        *out = (dialect){ D2019, V_ALL };
+        return 0;
+    }
+    if (strstr(u, "json-schema.org/draft-0") || strstr(u, "json-schema.org/schema")) {
+        *out = (dialect){ D7, V_ALL };
+        return 0;
+    }
+    regdoc *rd = depth < 8 ? registry_find(c->reg, u) : NULL;
+    if (!rd || !cJSON_IsObject(rd->doc)) {
+        *out = cur; /* unknown metaschema: keep the current dialect */
+        return 0;
+    }
+    dialect base = cur;
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(rd->doc, "$schema");
+    if (cJSON_IsString(ms) && strcmp(ms->valuestring, u) != 0)
+        if (dialect_of_uri(c, ms->valuestring, cur, &base, depth + 1) < 0)
+            return -1;
+    const cJSON *voc = cJSON_GetObjectItemCaseSensitive(rd->doc, "$vocabulary");
+    if (cJSON_IsObject(voc)) {
+        int v = V_CORE;
+        for (const cJSON *m = voc->child; m; m = m->next) {
+            size_t i;
+            for (i = 0; i < sizeof VOCAB_URIS / sizeof VOCAB_URIS[0]; i++)
+                if (strcmp(m->string, VOCAB_URIS[i]) == 0)
+                    break;
+            if (i < sizeof VOCAB_URIS / sizeof VOCAB_URIS[0]) {
+                v |= 1 << i;
+            } else if (cJSON_IsTrue(m)) {
+                cfail(c, "metaschema %s requires unsupported vocabulary %s", u, m->string);
+                return -1;
+            }
+        }
+        base.vocab = v;
+    }
+    *out = base;
+    return 0;
+}
+
+/* Indexes a registry document (once) so that its URIs become known. */
+static int load_regdoc(cctx *c, const char *uri, dialect d)
+{
+    regdoc *rd = registry_find(c->reg, uri);
+    if (!rd || pmap_get(&c->docs, rd))
+        return 0;
+    if (pmap_put(&c->docs, rd, rd) < 0) {
+        cfail(c, "out of memory");
+        return -1;
+    }
+    cres *r = new_res(c, rd->uri);
+    if (!r)
+        return -1;
+    if (index_node(c, rd->doc, r, d, tmp_printf(c, "%s#", rd->uri), 1, 0) < 0)
+        return -1;
+    /* the retrieval URI names the document even when its $id differs */
+    cinfo *root = pmap_get(&c->infos, rd->doc);
+    if (root && !smap_get(&c->uris, rd->uri))
+        put_uri(c, rd->uri, root);
+    return 1;
+}
+
+static const cinfo *walk_pointer(cctx *c, const cinfo *start, const char *frag, const char *uri)
+{
+    size_t fl = strlen(frag);
+    char *dec = arena_alloc(&c->tmp, fl + 1);
+    if (!dec) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    schema_uri_percent_decode(frag, fl, dec);
+    const cJSON *cur = start->js;
+    const cinfo *last = start;
+    const char *suffix_base = start->ptr;
+    char *ptr = (char *)start->ptr;
+    const char *p = dec;
+    while (*p == '/') {
+        p++;
+        const char *e = strchr(p, '/');
+        size_t tl = e ? (size_t)(e - p) : strlen(p);
+        char *tok = arena_alloc(&c->tmp, tl + 1);
+        if (!tok) {
+            cfail(c, "out of memory");
+            return NULL;
+        }
+        size_t o = 0;
+        for (size_t i = 0; i < tl; i++) {
+            if (p[i] == '~' && i + 1 < tl && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                tok[o++] = p[i + 1] == '0' ? '~' : '/';
+                i++;
+            } else {
+                tok[o++] = p[i];
+            }
+        }
+        tok[o] = '\0';
+        p += tl;
+        if (cJSON_IsObject(cur)) {
+            cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        } else if (cJSON_IsArray(cur)) {
+            char *endp;
+            long idx = strtol(tok, &endp, 10);
+            if (!*tok || *endp || idx < 0 || (tok[0] == '0' && tok[1]))
+                cur = NULL;
+            else
+                cur = cJSON_GetArrayItem(cur, (int)idx);
+        } else {
+            cur = NULL;
+        }
+        if (!cur) {
+            cfail(c, "unresolvable $ref %s: JSON pointer does not exist", uri);
+            return NULL;
+        }
+        ptr = ptr_join(c, ptr, tok);
+        (void)suffix_base;
+        const cinfo *ci = pmap_get(&c->infos, cur);
+        if (ci) {
+            last = ci;
+            ptr = (char *)ci->ptr;
+        }
+    }
+    if (cur == last->js)
+        return last;
+    /* Under an unknown keyword: index the subtree from here. */
+    if (index_node(c, cur, last->res, last->d, ptr, 0, 0) < 0)
+        return NULL;
+    const cinfo *ci = pmap_get(&c->infos, cur);
+    if (!ci)
+        cfail(c, "$ref %s does not point to a schema", uri);
+    return ci;
+}
+
+static const cinfo *resolve_uri(cctx *c, const char *abs, dialect d)
+{
+    size_t bl = schema_uri_base_len(abs);
+    char *base = arena_strndup(&c->tmp, abs, bl);
+    const char *frag = abs[bl] == '#' ? abs + bl + 1 : "";
+    if (!base) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (frag[0] == '\0' || frag[0] == '/') {
+            const cinfo *ci = smap_get(&c->uris, base);
+            if (ci)
+                return frag[0] ? walk_pointer(c, ci, frag, abs) : ci;
+        } else {
+            const cinfo *ci = smap_get(&c->uris, abs);
+            if (ci)
+                return ci;
+        }
+        if (attempt == 0 && load_regdoc(c, base, d) <= 0)
+            break;
+    }
+    if (!c->failed)
+        cfail(c, "unresolvable $ref %s", abs);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* node compilation                                                     */
+
+static node *compile_node(cctx *c, const cinfo *ci);
+
+static rres *runtime_res(cctx *c, cres *r)
+{
+    if (!r->rt) {
+        r->rt = calloc_or_fail(c, sizeof *r->rt);
+        if (r->rt)
+            r->rt->uri = arena_strdup(&c->s->a, r->uri);
+    }
+    return r->rt;
+}
+
+static node *compile_child(cctx *c, const cinfo *parent, const cJSON *js, const char *ptr)
+{
+    if (c->failed || !ptr)
+        return NULL;
+    const cinfo *ci = pmap_get(&c->infos, js);
+    if (!ci) {
+        if (index_node(c, js, parent->res, parent->d, ptr, 0, 0) < 0)
+            return NULL;
+        ci = pmap_get(&c->infos, js);
+        if (!ci) {
+            cfail(c, "%s: schema must be an object or a boolean", ptr[0] ? ptr : "/");
+            return NULL;
+        }
+    }
+    return compile_node(c, ci);
+}
+
+static void add_order(node *n, int k)
+{
+    for (int i = 0; i < n->norder; i++)
+        if (n->order[i] == k)
+            return;
+    n->order[n->norder++] = (uint8_t)k;
+}
+
+static const char *loc_of(const cinfo *ci)
+{
+    return ci->ptr[0] ? ci->ptr : "/";
+}
+
+static int get_count(cctx *c, const cinfo *ci, const cJSON *v, const char *kw, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) {
+        cfail(c, "%s/%s: must be a non-negative integer", ci->ptr, kw);
+        return -1;
+    }
+    *out = v->valuedouble >= 1.8e19 ? UINT64_MAX : (uint64_t)v->valuedouble;
+    return 0;
+}
+
+static int get_number(cctx *c, const cinfo *ci, const cJSON *v, const char *kw, double *out)
+{
+    if (!cJSON_IsNumber(v)) {
+        cfail(c, "%s/%s: must be a number", ci->ptr, kw);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static void keep_regex(cctx *c, schema_regex *re)
+{
+    schema *s = c->s;
+    if (s->n_regexes == s->cap_regexes) {
+        size_t nc = s->cap_regexes ? s->cap_regexes * 2 : 8;
+        schema_regex **nr = realloc(s->regexes, nc * sizeof *nr);
+        if (!nr) {
+            schema_regex_free(re);
+            cfail(c, "out of memory");
+            return;
+        }
+        s->regexes = nr;
+        s->cap_regexes = nc;
+    }
+    s->regexes[s->n_regexes++] = re;
+}
+
+static cJSON *keep_json(cctx *c, const cJSON *v)
+{
+    schema *s = c->s;
+    cJSON *d = cJSON_Duplicate(v, 1);
+    if (!d) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    if (s->n_jsons == s->cap_jsons) {
+        size_t nc = s->cap_jsons ? s->cap_jsons * 2 : 8;
+        cJSON **nj = realloc(s->jsons, nc * sizeof *nj);
+        if (!nj) {
+            cJSON_Delete(d);
+            cfail(c, "out of memory");
+            return NULL;
+        }
+        s->jsons = nj;
+        s->cap_jsons = nc;
+    }
+    s->jsons[s->n_jsons++] = d;
+    return d;
+}
+
+static schema_regex *compile_regex(cctx *c, const cinfo *ci, const char *src, const char *kw)
+{
+    char err[200];
+    schema_regex *re = schema_regex_compile(src, 0, err, sizeof err);
+    if (!re) {
+        cfail(c, "%s/%s: invalid regular expression \"%s\": %s", ci->ptr, kw, src, err);
+        return NULL;
+    }
+    keep_regex(c, re);
+    return c->failed ? NULL : re;
+}
+
+static char *snippet_in_arena(cctx *c, const cJSON *v)
+{
+    char *s = json_snippet(v, SNIPPET_MAX);
+    if (!s) {
+        cfail(c, "out of memory");
+        return NULL;
+    }
+    char *a = arena_strdup(&c->s->a, s);
+    free(s);
+    if (!a)
+        cfail(c, "out of memory");
+    return a;
+}
+
+static prop_ent *prop_slot(node *n, const char *name, uint64_t h)
+{
+    size_t i = h & n->props_mask;
+    while (n->props[i].name && (n->props[i].h != h || strcmp(n->props[i].name, name) != 0))
+        i = (i + 1) & n->props_mask;
+    return &n->props[i];
+}
+
+/* Builds the name table over properties / required keys. */
+static int build_props(cctx *c, node *n, const cJSON *props, const cJSON *req)
+{
+    size_t want = (props ? json_count(props) : 0) + (req ? json_count(req) : 0);
+    size_t cap = 8;
+    while (cap < want * 2 + 2)
+        cap *= 2;
+    n->props = calloc_or_fail(c, cap * sizeof *n->props);
+    if (!n->props)
+        return -1;
+    n->props_mask = cap - 1;
+    (void)props;
+    (void)req;
+    return 0;
+}
+
+static prop_ent *props_add(cctx *c, node *n, const char *name)
+{
+    uint64_t h = hash_bytes(name, strlen(name));
+    prop_ent *e = prop_slot(n, name, h);
+    if (!e->name) {
+        e->name = arena_strdup(&c->s->a, name);
+        e->h = h;
+        e->req = -1;
+    }
+    return e;
+}
+
+static int parse_type(cctx *c, const cinfo *ci, node *n, const cJSON *v)
+{
+    static const struct { const char *name; int bit; } names[] = {
+        { "null", T_NULL }, { "boolean", T_BOOLEAN }, { "object", T_OBJECT },
+        { "array", T_ARRAY }, { "number", T_NUMBER | T_INTEGER }, { "string", T_STRING },
+        { "integer", T_INTEGER },
+    };
+    const cJSON *one = v;
+    const cJSON *it = cJSON_IsArray(v) ? v->child : NULL;
+    if (cJSON_IsArray(v) && !it) {
+        n->types = 0;
+        n->type_text = "[]";
+        return 0;
+    }
+    for (;;) {
+        const cJSON *t = cJSON_IsArray(v) ? it : one;
+        size_t i;
+        if (!cJSON_IsString(t))
+            goto bad;
+        for (i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strcmp(t->valuestring, names[i].name) == 0)
+                break;
+        if (i == sizeof names / sizeof names[0])
+            goto bad;
+        n->types |= (uint8_t)names[i].bit;
+        if (!cJSON_IsArray(v) || !(it = it->next))
+            break;
+    }
+    n->type_text = snippet_in_arena(c, v);
+    return 0;
+bad:
+    cfail(c, "%s/type: must be a type name or an array of type names", ci->ptr);
+    return -1;
+}
+
+static node **compile_array(cctx *c, const cinfo *ci, const cJSON *v, const char *kw, size_t *count,
+                            int allow_empty)
+{
+    if (!cJSON_IsArray(v) || (!allow_empty && !v->child)) {
+        cfail(c, "%s/%s: must be a%s array of schemas", ci->ptr, kw, allow_empty ? "n" : " non-empty");
+        return NULL;
+    }
+    size_t n = json_count(v);
+    node **arr = calloc_or_fail(c, (n ? n : 1) * sizeof *arr);
+    if (!arr)
+        return NULL;
+    size_t i = 0;
+    char *p = ptr_join(c, ci->ptr, kw);
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        arr[i] = compile_child(c, ci, e, tmp_printf(c, "%s/%zu", p ? p : "", i));
+        if (c->failed)
+            return NULL;
+    }
+    *count = n;
+    return arr;
+}
+
+static void add_pending(cctx *c, node **slot, const char *uri, dialect d, const char *loc,
+                        int dynamic, const char **name_slot)
+{
+    pending *p = arena_alloc(&c->tmp, sizeof *p);
+    if (!p) {
+        cfail(c, "out of memory");
+        return;
+    }
+    *p = (pending){ slot, uri, d, loc, dynamic, name_slot, c->pend };
+    c->pend = p;
+}
+
+static int parse_ref(cctx *c, const cinfo *ci, node *n, const cJSON *v, int dynamic)
+{
+    const char *kw = dynamic ? "$dynamicRef" : "$ref";
+    if (!cJSON_IsString(v)) {
+        cfail(c, "%s/%s: must be a string", ci->ptr, kw);
+        return -1;
+    }
+    char *abs = schema_uri_resolve(ci->res->uri, v->valuestring);
+    if (!abs) {
+        cfail(c, "out of memory");
+        return -1;
+    }
+    char *u = arena_strdup(&c->tmp, abs);
+    free(abs);
+    if (!u) {
+        cfail(c, "out of memory");
+        return -1;
+    }
+    add_order(n, dynamic ? K_DYNREF : K_REF);
+    add_pending(c, dynamic ? &n->dynref : &n->ref, u, ci->d, ci->ptr, dynamic,
+                dynamic ? &n->dyn_name : NULL);
+    if (dynamic)
+        c->s->dynamic = 1;
+    return 0;
+}
+
+typedef struct kwdef {
+    const char *name;
+    int vocab;
+    int drafts; /* bit (1 << draft) */
+} kwdef;
+
+#define DR_ALL 7
+#define DR_NEW 3 /* 2020-12 and 2019-09 */
+
+static const kwdef KWDEFS[] = {
+    { "$ref", V_CORE, DR_ALL },
+    { "$dynamicRef", V_CORE, 1 << D2020 },
+    { "type", V_VALIDATION, DR_ALL },
+    { "enum", V_VALIDATION, DR_ALL },
+    { "const", V_VALIDATION, DR_ALL },
+    { "multipleOf", V_VALIDATION, DR_ALL },
+    { "maximum", V_VALIDATION, DR_ALL },
+    { "minimum", V_VALIDATION, DR_ALL },
+    { "exclusiveMaximum", V_VALIDATION, DR_ALL },
+    { "exclusiveMinimum", V_VALIDATION, DR_ALL },
+    { "maxLength", V_VALIDATION, DR_ALL },
+    { "minLength", V_VALIDATION, DR_ALL },
+    { "pattern", V_VALIDATION, DR_ALL },
+    { "format", V_FORMAT | V_FORMAT_ASSERT, DR_ALL },
+    { "prefixItems", V_APPLICATOR, 1 << D2020 },
+    { "items", V_APPLICATOR, DR_ALL },
+    { "additionalItems", V_APPLICATOR, DR_ALL },
+    { "contains", V_APPLICATOR, DR_ALL },
+    { "maxContains", V_VALIDATION, DR_NEW },
+    { "minContains", V_VALIDATION, DR_NEW },
+    { "maxItems", V_VALIDATION, DR_ALL },
+    { "minItems", V_VALIDATION, DR_ALL },
+    { "uniqueItems", V_VALIDATION, DR_ALL },
+    { "properties", V_APPLICATOR, DR_ALL },
+    { "patternProperties", V_APPLICATOR, DR_ALL },
+    { "additionalProperties", V_APPLICATOR, DR_ALL },
+    { "required", V_VALIDATION, DR_ALL },
+    { "dependentRequired", V_VALIDATION, DR_NEW },
+    { "dependentSchemas", V_APPLICATOR, DR_NEW },
+    { "dependencies", V_APPLICATOR, DR_ALL },
+    { "propertyNames", V_APPLICATOR, DR_ALL },
+    { "maxProperties", V_VALIDATION, DR_ALL },
+    { "minProperties", V_VALIDATION, DR_ALL },
+    { "allOf", V_APPLICATOR, DR_ALL },
+    { "anyOf", V_APPLICATOR, DR_ALL },
+    { "oneOf", V_APPLICATOR, DR_ALL },
+    { "not", V_APPLICATOR, DR_ALL },
+    { "if", V_APPLICATOR, DR_ALL },
+    { "unevaluatedItems", V_UNEVAL, DR_NEW },
+    { "unevaluatedProperties", V_UNEVAL, DR_NEW },
+};
+
+static int kw_enabled(const char *name, dialect d)
+{
+    for (size_t i = 0; i < sizeof KWDEFS / sizeof KWDEFS[0]; i++) {
+        if (strcmp(KWDEFS[i].name, name) == 0)
+            return (KWDEFS[i].drafts & (1 << d.draft)) && (KWDEFS[i].vocab & d.vocab);
+    }
+    return 0;
+}
+
+static int compile_keywords(cctx *c, const cinfo *ci, node *n)
+{
+    const cJSON *js = ci->js;
+    dialect d = ci->d;
+    const cJSON *v;
+    const char *P = ci->ptr;
+#define KW(name) ((v = cJSON_GetObjectItemCaseSensitive(js, name)) != NULL && kw_enabled(name, d))
+
+    if (d.draft == D7 && cJSON_GetObjectItemCaseSensitive(js, "$ref")) {
+        /* draft-07: $ref siblings are ignored */
+        return parse_ref(c, ci, n, cJSON_GetObjectItemCaseSensitive(js, "$ref"), 0);
+    }
+    const cJSON *props = NULL, *req = NULL;
+    if (KW("properties"))
+        props = v;
+    if (KW("required"))
+        req = v;
+    if (props && !cJSON_IsObject(props)) {
+        cfail(c, "%s/properties: must be an object", P);
+        return -1;
+    }
+    if (req) {
+        if (!cJSON_IsArray(req)) {
+            cfail(c, "%s/required: must be an array of strings", P);
+            return -1;
+        }
+        for (const cJSON *e = req->child; e; e = e->next)
+            if (!cJSON_IsString(e)) {
+                cfail(c, "%s/required: must be an array of strings", P);
+                return -1;
+            }
+    }
+    if (props || (req && req->child)) {
+        if (build_props(c, n, props, req) < 0)
+            return -1;
+    }
+
+    for (const cJSON *m = js->child; m && !c->failed; m = m->next) {
+        const char *k = m->string;
+        if (!kw_enabled(k, d))
+            continue;
+        v = m;
+        if (strcmp(k, "$ref") == 0) {
+            parse_ref(c, ci, n, v, 0);
+        } else if (strcmp(k, "$dynamicRef") == 0) {
+            parse_ref(c, ci, n, v, 1);
+        } else if (strcmp(k, "type") == 0) {
+            if (parse_type(c, ci, n, v) == 0)
+                add_order(n, K_TYPE);
+        } else if (strcmp(k, "enum") == 0) {
+            if (!cJSON_IsArray(v)) {
+                cfail(c, "%s/enum: must be an array", P);
+                break;
+            }
+            n->enum_vals = keep_json(c, v);
+            if (!n->enum_vals)
+                break;
+            n->n_enum = json_count(v);
+            n->enum_h = calloc_or_fail(c, (n->n_enum + 1) * sizeof *n->enum_h);
+            if (!n->enum_h)
+                break;
+            size_t i = 0;
+            for (const cJSON *e = n->enum_vals->child; e; e = e->next)
+                n->enum_h[i++] = json_hash(e);
+            n->enum_text = snippet_in_arena(c, v);
+            add_order(n, K_ENUM);
+        } else if (strcmp(k, "const") == 0) {
+            n->const_val = keep_json(c, v);
+            n->const_text = snippet_in_arena(c, v);
+            add_order(n, K_CONST);
+        } else if (strcmp(k, "multipleOf") == 0) {
+            if (get_number(c, ci, v, k, &n->multiple_of) < 0)
+                break;
+            if (n->multiple_of <= 0 || decimal_of(n->multiple_of, &n->multiple_dec) < 0) {
+                cfail(c, "%s/multipleOf: must be a number greater than 0", P);
+                break;
+            }
+            add_order(n, K_MULTIPLE_OF);
+        } else if (strcmp(k, "maximum") == 0) {
+            if (get_number(c, ci, v, k, &n->maximum) == 0)
+                add_order(n, K_MAXIMUM);
+        } else if (strcmp(k, "minimum") == 0) {
+            if (get_number(c, ci, v, k, &n->minimum) == 0)
+                add_order(n, K_MINIMUM);
+        } else if (strcmp(k, "exclusiveMaximum") == 0) {
+            if (get_number(c, ci, v, k, &n->xmaximum) == 0)
+                add_order(n, K_XMAXIMUM);
+        } else if (strcmp(k, "exclusiveMinimum") == 0) {
+            if (get_number(c, ci, v, k, &n->xminimum) == 0)
+                add_order(n, K_XMINIMUM);
+        } else if (strcmp(k, "maxLength") == 0) {
+            if (get_count(c, ci, v, k, &n->max_length) == 0)
+                add_order(n, K_MAX_LENGTH);
+        } else if (strcmp(k, "minLength") == 0) {
+            if (get_count(c, ci, v, k, &n->min_length) == 0)
+                add_order(n, K_MIN_LENGTH);
+        } else if (strcmp(k, "pattern") == 0) {
+            if (!cJSON_IsString(v)) {
+                cfail(c, "%s/pattern: must be a string", P);
+                break;
+            }
+            n->pattern = compile_regex(c, ci, v->valuestring, k);
+            n->pattern_text = snippet_in_arena(c, v);
+            add_order(n, K_PATTERN);
+        } else if (strcmp(k, "format") == 0) {
+            if (!cJSON_IsString(v)) {
+                cfail(c, "%s/format: must be a string", P);
+                break;
+            }
+            int assert = (d.vocab & V_FORMAT_ASSERT) || (c->opts && c->opts->format_assert);
+            n->fmt = (uint8_t)schema_format_id(v->valuestring);
+            if (assert && n->fmt)
+                add_order(n, K_FORMAT);
+        } else if (strcmp(k, "prefixItems") == 0) {
+            n->prefix = compile_array(c, ci, v, k, &n->n_prefix, 0);
+            n->prefix_kw = "prefixItems";
+            add_order(n, K_ITEMS);
+        } else if (strcmp(k, "items") == 0) {
+            if (cJSON_IsArray(v) && d.draft != D2020) {
+                n->prefix = compile_array(c, ci, v, k, &n->n_prefix, 1);
+                n->prefix_kw = "items";
+                const cJSON *ai = cJSON_GetObjectItemCaseSensitive(js, "additionalItems");
+                if (ai) {
+                    n->items = compile_child(c, ci, ai, ptr_join(c, P, "additionalItems"));
+                    n->items_kw = "additionalItems";
+                }
+            } else if (cJSON_IsArray(v)) {
+                /* 2020-12 has no array form; accept it as prefixItems
+                 * rather than rejecting older-style schemas */
+                if (!n->prefix) {
+                    n->prefix = compile_array(c, ci, v, k, &n->n_prefix, 1);
+                    n->prefix_kw = "items";
+                }
+            } else {
+                n->items = compile_child(c, ci, v, ptr_join(c, P, k));
+                n->items_kw = "items";
+            }
+            add_order(n, K_ITEMS);
+        } else if (strcmp(k, "contains") == 0) {
+            n->contains = compile_child(c, ci, v, ptr_join(c, P, k));
+            n->min_contains = 1;
+            const cJSON *mc;
+            if (d.draft != D7 && (mc = cJSON_GetObjectItemCaseSensitive(js, "minContains")) &&
+                kw_enabled("minContains", d))
+                get_count(c, ci, mc, "minContains", &n->min_contains);
+            if (d.draft != D7 && (mc = cJSON_GetObjectItemCaseSensitive(js, "maxContains")) &&
+                kw_enabled("maxContains", d)) {
+                get_count(c, ci, mc, "maxContains", &n->max_contains);
+                n->has_max_contains = 1;
+            }
+            add_order(n, K_CONTAINS);
+        } else if (strcmp(k, "maxItems") == 0) {
+            if (get_count(c, ci, v, k, &n->max_items) == 0)
+                add_order(n, K_MAX_ITEMS);
+        } else if (strcmp(k, "minItems") == 0) {
+            if (get_count(c, ci, v, k, &n->min_items) == 0)
+                add_order(n, K_MIN_ITEMS);
+        } else if (strcmp(k, "uniqueItems") == 0) {
+            if (!cJSON_IsBool(v)) {
+                cfail(c, "%s/uniqueItems: must be a boolean", P);
+                break;
+            }
+            if (cJSON_IsTrue(v)) {
+                n->unique = 1;
+                add_order(n, K_UNIQUE);
+            }
+        } else if (strcmp(k, "properties") == 0) {
+            char *pp = ptr_join(c, P, k);
+            for (const cJSON *e = v->child; e && !c->failed; e = e->next) {
+                prop_ent *pe = props_add(c, n, e->string);
+                if (!pe->name) {
+                    cfail(c, "out of memory");
+                    break;
+                }
+                pe->schema = compile_child(c, ci, e, ptr_join(c, pp ? pp : "", e->string));
+                n->n_props++;
+            }
+            add_order(n, K_PROPS);
+        } else if (strcmp(k, "patternProperties") == 0) {
+            if (!cJSON_IsObject(v)) {
+                cfail(c, "%s/patternProperties: must be an object", P);
+                break;
+            }
+            size_t np = json_count(v), i = 0;
+            n->pats = calloc_or_fail(c, (np ? np : 1) * sizeof *n->pats);
+            char *pp = ptr_join(c, P, k);
+            for (const cJSON *e = v->child; e && n->pats && !c->failed; e = e->next, i++) {
+                n->pats[i].re = compile_regex(c, ci, e->string, "patternProperties");
+                n->pats[i].schema = compile_child(c, ci, e, ptr_join(c, pp ? pp : "", e->string));
+            }
+            n->n_pats = np;
+            add_order(n, K_PROPS);
+        } else if (strcmp(k, "additionalProperties") == 0) {
+            n->additional = compile_child(c, ci, v, ptr_join(c, P, k));
+            add_order(n, K_PROPS);
+        } else if (strcmp(k, "required") == 0) {
+            size_t nr = json_count(v), i = 0;
+            if (!nr)
+                continue;
+            n->required = calloc_or_fail(c, nr * sizeof *n->required);
+            for (const cJSON *e = v->child; e && n->required; e = e->next) {
+                prop_ent *pe = props_add(c, n, e->valuestring);
+                if (!pe->name) {
+                    cfail(c, "out of memory");
+                    break;
+                }
+                if (pe->req >= 0)
+                    continue; /* duplicate name */
+                pe->req = (int32_t)i;
+                n->required[i++] = pe->name;
+            }
+            n->n_required = i;
+            add_order(n, K_REQUIRED);
+        } else if (strcmp(k, "dependentRequired") == 0 || strcmp(k, "dependentSchemas") == 0 ||
+                   strcmp(k, "dependencies") == 0) {
+            if (!cJSON_IsObject(v)) {
+                cfail(c, "%s/%s: must be an object", P, k);
+                break;
+            }
+            size_t nd = json_count(v);
+            dep_req *dr = calloc_or_fail(c, (n->n_dreq + nd + 1) * sizeof *dr);
+            dep_sch *ds = calloc_or_fail(c, (n->n_dsch + nd + 1) * sizeof *ds);
+            if (!dr || !ds)
+                break;
+            if (n->n_dreq)
+                memcpy(dr, n->dreq, n->n_dreq * sizeof *dr);
+            if (n->n_dsch)
+                memcpy(ds, n->dsch, n->n_dsch * sizeof *ds);
+            n->dreq = dr;
+            n->dsch = ds;
+            char *pp = ptr_join(c, P, k);
+            for (const cJSON *e = v->child; e && !c->failed; e = e->next) {
+                int as_req = strcmp(k, "dependentRequired") == 0 ||
+                             (strcmp(k, "dependencies") == 0 && cJSON_IsArray(e));
+                if (as_req) {
+                    if (!cJSON_IsArray(e)) {
+                        cfail(c, "%s/%s/%s: must be an array of strings", P, k, e->string);
+                        break;
+                    }
+                    dep_req *q = &n->dreq[n->n_dreq++];
+                    q->name = arena_strdup(&c->s->a, e->string);
+                    q->kw = arena_strdup(&c->s->a, ptr_join(c, k, e->string));
+                    q->n = json_count(e);
+                    q->names = calloc_or_fail(c, (q->n + 1) * sizeof *q->names);
+                    size_t i = 0;
+                    for (const cJSON *x = e->child; x && q->names; x = x->next) {
+                        if (!cJSON_IsString(x)) {
+                            cfail(c, "%s/%s/%s: must be an array of strings", P, k, e->string);
+                            break;
+                        }
+                        q->names[i++] = arena_strdup(&c->s->a, x->valuestring);
+                    }
+                    add_order(n, K_DEP_REQUIRED);
+                } else {
+                    dep_sch *q = &n->dsch[n->n_dsch++];
+                    q->name = arena_strdup(&c->s->a, e->string);
+                    q->schema = compile_child(c, ci, e, ptr_join(c, pp ? pp : "", e->string));
+                    add_order(n, K_DEP_SCHEMAS);
+                }
+            }
+        } else if (strcmp(k, "propertyNames") == 0) {
+            n->property_names = compile_child(c, ci, v, ptr_join(c, P, k));
+            add_order(n, K_PROPERTY_NAMES);
+        } else if (strcmp(k, "maxProperties") == 0) {
+            if (get_count(c, ci, v, k, &n->max_props) == 0)
+                add_order(n, K_MAX_PROPS);
+        } else if (strcmp(k, "minProperties") == 0) {
+            if (get_count(c, ci, v, k, &n->min_props) == 0)
+                add_order(n, K_MIN_PROPS);
+        } else if (strcmp(k, "allOf") == 0) {
+            n->all_of = compile_array(c, ci, v, k, &n->n_all_of, 0);
+            add_order(n, K_ALL_OF);
+        } else if (strcmp(k, "anyOf") == 0) {
+            n->any_of = compile_array(c, ci, v, k, &n->n_any_of, 0);
+            add_order(n, K_ANY_OF);
+        } else if (strcmp(k, "oneOf") == 0) {
+            n->one_of = compile_array(c, ci, v, k, &n->n_one_of, 0);
+            add_order(n, K_ONE_OF);
+        } else if (strcmp(k, "not") == 0) {
+            n->not_ = compile_child(c, ci, v, ptr_join(c, P, k));
+            add_order(n, K_NOT);
+        } else if (strcmp(k, "if") == 0) {
+            n->if_ = compile_child(c, ci, v, ptr_join(c, P, k));
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(js, "then");
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(js, "else");
+            if (t)
+                n->then_ = compile_child(c, ci, t, ptr_join(c, P, "then"));
+            if (e)
+                n->else_ = compile_child(c, ci, e, ptr_join(c, P, "else"));
+            add_order(n, K_IF);
+        } else if (strcmp(k, "unevaluatedItems") == 0) {
+            n->uneval_items = compile_child(c, ci, v, ptr_join(c, P, k));
+            n->uneval |= UE_ITEMS;
+        } else if (strcmp(k, "unevaluatedProperties") == 0) {
+            n->uneval_props = compile_child(c, ci, v, ptr_join(c, P, k));
+            n->uneval |= UE_PROPS;
+        }
+    }
+    /* unevaluated* see the annotations of every other keyword: last */
+    if (n->uneval & UE_ITEMS)
+        add_order(n, K_UNEVAL_ITEMS);
+    if (n->uneval & UE_PROPS)
+        add_order(n, K_UNEVAL_PROPS);
+#undef KW
+    return c->failed ? -1 : 0;
+}
+
+static node *compile_node(cctx *c, const cinfo *ci)
+{
+    node *n = pmap_get(&c->memo, ci->js);
+    if (n || c->failed)
+        return n;
+    if (++c->depth > MAX_COMPILE_DEPTH) {
+        cfail(c, "%s: schema nesting too deep (limit %d)", loc_of(ci), MAX_COMPILE_DEPTH);
+        c->depth--;
+        return NULL;
+    }
+    n = calloc_or_fail(c, sizeof *n);
+    if (!n || pmap_put(&c->memo, ci->js, n) < 0) {
+        cfail(c, "out of memory");
+        goto done;
+    }
+    n->loc = arena_strdup(&c->s->a, ci->ptr);
+    n->res = runtime_res(c, ci->res);
+    if (cJSON_IsBool(ci->js)) {
+        n->boolean = cJSON_IsTrue(ci->js) ? B_TRUE : B_FALSE;
+        goto done;
+    }
+    if (!cJSON_IsObject(ci->js)) {
+        cfail(c, "%s: schema must be an object or a boolean", loc_of(ci));
+        goto done;
+    }
+    compile_keywords(c, ci, n);
+done:
+    c->depth--;
+    return n;
+}
+
+static void resolve_pending(cctx *c)
+{
+    while (c->pend && !c->failed) {
+        pending *p = c->pend;
+        c->pend = p->next;
+        const cinfo *ci = resolve_uri(c, p->uri, p->d);
+        if (!ci) {
+            if (c->err && strncmp(c->err, "unresolvable", 12) == 0) {
+                char tmp[512];
+                snprintf(tmp, sizeof tmp, "%s", c->err);
+                snprintf(c->err, c->errlen, "%s/%s: %s", p->loc, p->dynamic ? "$dynamicRef" : "$ref",
+                         tmp);
+            }
+            return;
+        }
+        *p->slot = compile_node(c, ci);
+        if (p->dynamic) {
+            /* dynamic only when the fragment is a name that the initial
+             * target declares with $dynamicAnchor */
+            const char *h = strchr(p->uri, '#');
+            const cJSON *da = cJSON_IsObject(ci->js)
+                                  ? cJSON_GetObjectItemCaseSensitive(ci->js, "$dynamicAnchor")
+                                  : NULL;
+            if (h && h[1] && h[1] != '/' && cJSON_IsString(da) && strcmp(da->valuestring, h + 1) == 0)
+                *p->dyn_name_slot = arena_strdup(&c->s->a, h + 1);
+        }
+    }
+}
+
+/* For $dynamicRef: every resource that can be on the dynamic scope gets
+ * its dynamic anchors compiled. */
+static void compile_dynamic_anchors(cctx *c)
+{
+    int changed = 1;
+    while (changed && !c->failed) {
+        changed = 0;
+        for (cres *r = c->resources; r && !c->failed; r = r->next) {
+            if (!r->rt || !r->ndyn || r->rt->ndyn)
+                continue;
+            rres *rt = r->rt;
+            node **nodes = calloc_or_fail(c, r->ndyn * sizeof *nodes);
+            const char **names = calloc_or_fail(c, r->ndyn * sizeof *names);
+            if (!nodes || !names)
+                return;
+            for (size_t i = 0; i < r->ndyn && !c->failed; i++) {
+                const cinfo *ci = pmap_get(&c->infos, r->dyn_js[i]);
+                names[i] = arena_strdup(&c->s->a, r->dyn_names[i]);
+                nodes[i] = ci ? compile_node(c, ci) : NULL;
+            }
+            resolve_pending(c);
+            rt->dyn_names = names;
+            rt->dyn_nodes = nodes;
+            rt->ndyn = r->ndyn;
+            changed = 1;
+        }
+    }
+}
+
+void schema_free(schema *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n_regexes; i++)
+        schema_regex_free(s->regexes[i]);
+    free(s->regexes);
+    for (size_t i = 0; i < s->n_jsons; i++)
+        cJSON_Delete(s->jsons[i]);
+    free(s->jsons);
+    arena_free(&s->a);
+    free(s);
+}
+
+schema *schema_compile(schema_registry *reg, const cJSON *doc, const schema_options *opts,
+                       char *err, size_t errlen)
+{
+    cctx c;
+    memset(&c, 0, sizeof c);
+    c.reg = reg;
+    c.opts = opts;
+    c.err = err;
+    c.errlen = errlen;
+    if (err && errlen)
+        err[0] = '\0';
+    if (!doc) {
+        cfail(&c, "schema_compile: NULL document");
+        return NULL;
+    }
+    c.s = calloc(1, sizeof *c.s);
+    if (!c.s) {
+        cfail(&c, "out of memory");
+        return NULL;
+    }
+    c.s->max_violations = opts && opts->max_violations ? opts->max_violations : DEFAULT_MAX_VIOLATIONS;
+    dialect d = { (opts && opts->default_draft == SCHEMA_DRAFT_7) ? D7 : D2020, V_ALL };
+    const char *base = DEFAULT_BASE_URI;
+    cres *r = new_res(&c, base);
+    if (r && index_node(&c, doc, r, d, "", 1, 0) == 0) {
+        const cinfo *ci = pmap_get(&c.infos, doc);
+        if (!ci)
+            cfail(&c, "/: schema must be an object or a boolean");
+        else
+            c.s->root = compile_node(&c, ci);
+        resolve_pending(&c);
+        if (c.s->dynamic)
+            compile_dynamic_anchors(&c);
+    }
+    smap_free(&c.uris);
+    pmap_free(&c.infos);
+    pmap_free(&c.memo);
+    pmap_free(&c.docs);
+    arena_free(&c.tmp);
+    if (c.failed) {
+        schema_free(c.s);
+        return NULL;
+    }
+    return c.s;
+}
+
+/* ------------------------------------------------------------------ */
+/* validation                                                           */
+
+typedef struct evset {
+    uint64_t *w;
+    size_t n;
+    uint64_t inl;
+} evset;
+
+static int ev_init(evset *e, size_t n)
+{
+    e->n = n;
+    e->inl = 0;
+    if (n <= 64) {
+        e->w = &e->inl;
+        return 0;
+    }
+    e->w = calloc((n + 63) / 64, sizeof *e->w);
+    return e->w ? 0 : -1;
+}
+
+static void ev_free(evset *e)
+{
+    if (e->w != &e->inl)
+        free(e->w);
+}
+
+static void ev_set(evset *e, size_t i)
+{
+    if (i < e->n)
+        e->w[i >> 6] |= 1ull << (i & 63);
+}
+
+static int ev_get(const evset *e, size_t i)
+{
+    return i < e->n && (e->w[i >> 6] >> (i & 63)) & 1;
+}
+
+static void ev_or(evset *dst, const evset *src)
+{
+    size_t words = (dst->n + 63) / 64;
+    for (size_t i = 0; i < words; i++)
+        dst->w[i] |= src->w[i];
+}
+
+typedef struct vrec {
+    schema_violation v;
+    size_t depth;
+} vrec;
+
+typedef struct pathseg {
+    const char *key; /* NULL: array index */
+    size_t idx;
+} pathseg;
+
+typedef struct vctx {
+    const schema *s;
+    int record;
+    int depth;
+    size_t npath;
+    size_t nscope;
+    vrec *recs;
+    size_t nrec, caprec, dropped, store_cap;
+    const cJSON *str_inst; /* cache: last string checked */
+    const char *str_ptr;
+    long long str_cps;
+    size_t str_len;
+    char limit_msg[200];
+    pathseg path[MAX_EVAL_DEPTH + 4];
+    const rres *scope[MAX_EVAL_DEPTH + 4];
+} vctx;
+
+static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev);
+
+static void push_key(vctx *c, const char *key)
+{
+    c->path[c->npath].key = key;
+    c->path[c->npath++].idx = 0;
+}
+
+static void push_idx(vctx *c, size_t i)
+{
+    c->path[c->npath].key = NULL;
+    c->path[c->npath++].idx = i;
+}
+
+static char *path_string(const vctx *c)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < c->npath; i++) {
+        len += 1;
+        if (c->path[i].key) {
+            for (const char *k = c->path[i].key; *k; k++)
+                len += (*k == '~' || *k == '/') ? 2 : 1;
+        } else {
+            len += 20;
+        }
+    }
+    char *p = malloc(len);
+    if (!p)
+        return NULL;
+    char *w = p;
+    for (size_t i = 0; i < c->npath; i++) {
+        *w++ = '/';
+        if (c->path[i].key) {
+            for (const char *k = c->path[i].key; *k; k++) {
+                if (*k == '~') {
+                    *w++ = '~';
+                    *w++ = '0';
+                } else if (*k == '/') {
+                    *w++ = '~';
+                    *w++ = '1';
+                } else {
+                    *w++ = *k;
+                }
+            }
+        } else {
+            w += sprintf(w, "%zu", c->path[i].idx);
+        }
+    }
+    *w = '\0';
+    return p;
+}
+
+static void free_violation(schema_violation *v)
+{
+    free(v->path);
+    free(v->keyword_location);
+    free(v->message);
+    free(v->expected);
+    free(v->actual);
+    memset(v, 0, sizeof *v);
+}
+
+static char *join_loc(const char *loc, const char *kw)
+{
+    size_t a = strlen(loc), b = kw ? strlen(kw) : 0;
+    char *p = malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, loc, a);
+    if (b) {
+        p[a] = '/';
+        memcpy(p + a + 1, kw, b + 1);
+    } else {
+        p[a] = '\0';
+    }
+    if (!p[0]) {
+        /* the root itself: keep "" */
+    }
+    return p;
+}
+
+static int push_rec(vctx *c, vrec *r)
+{
+    if (c->nrec >= c->store_cap) {
+        c->dropped++;
+        free_violation(&r->v);
+        return 0;
+    }
+    if (c->nrec == c->caprec) {
+        size_t nc = c->caprec ? c->caprec * 2 : 16;
+        vrec *nr = realloc(c->recs, nc * sizeof *nr);
+        if (!nr) {
+            c->dropped++;
+            free_violation(&r->v);
+            return 0;
+        }
+        c->recs = nr;
+        c->caprec = nc;
+    }
+    c->recs[c->nrec++] = *r;
+    return 0;
+}
+
+/* Records a violation (reporting pass only).  expected is taken.  Returns
+ * 0 so callers can `return report(...)`. */
+static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
+                  char *expected, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
+                  char *expected, const char *fmt, ...)
+{
+    if (!c->record) {
+        free(expected);
+        return 0;
+    }
+    vrec r;
+    memset(&r, 0, sizeof r);
+    r.depth = c->npath;
+    r.v.code = code;
+    r.v.path = path_string(c);
+    r.v.keyword_location = join_loc(n->loc, kw);
+    r.v.expected = expected;
+    r.v.actual = inst ? json_snippet(inst, SNIPPET_MAX) : NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (len >= 0 && (r.v.message = malloc((size_t)len + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(r.v.message, (size_t)len + 1, fmt, ap);
+        va_end(ap);
+    }
+    push_rec(c, &r);
+    return 0;
+}
+
+static char *xstrdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static int limit(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int limit(vctx *c, const char *fmt, ...)
+{
+    if (!c->limit_msg[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->limit_msg, sizeof c->limit_msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int inst_types(const cJSON *v)
+{
+    switch (json_type(v)) {
+    case cJSON_NULL: return T_NULL;
+    case cJSON_True:
+    case cJSON_False: return T_BOOLEAN;
+    case cJSON_Object: return T_OBJECT;
+    case cJSON_Array: return T_ARRAY;
+    case cJSON_String: return T_STRING;
+    case cJSON_Number:
+        return (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble))
+                   ? (T_NUMBER | T_INTEGER) : T_NUMBER;
+    default: return 0;
+    }
+}
+
+static const char *inst_type_name(const cJSON *v)
+{
+    int t = inst_types(v);
+    if (t & T_INTEGER)
+        return "integer";
+    switch (t) {
+    case T_NULL: return "null";
+    case T_BOOLEAN: return "boolean";
+    case T_OBJECT: return "object";
+    case T_ARRAY: return "array";
+    case T_STRING: return "string";
+    default: return "number";
+    }
+}
+
+static void type_list(int types, char *buf, size_t n)
+{
+    static const struct { int bit; const char *name; } names[] = {
+        { T_STRING, "string" }, { T_NUMBER, "number" }, { T_INTEGER, "integer" },
+        { T_OBJECT, "object" }, { T_ARRAY, "array" }, { T_BOOLEAN, "boolean" }, { T_NULL, "null" },
+    };
+    const char *items[8];
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!(types & names[i].bit))
+            continue;
+        if (names[i].bit == T_INTEGER && (types & T_NUMBER))
+            continue;
+        items[k++] = names[i].name;
+    }
+    buf[0] = '\0';
+    size_t len = 0;
+    for (size_t i = 0; i < k; i++) {
+        const char *sep = i == 0 ? "" : (i + 1 == k ? " or " : ", ");
+        int w = snprintf(buf + len, n - len, "%s%s", sep, items[i]);
+        if (w < 0 || (size_t)w >= n - len)
+            break;
+        len += (size_t)w;
+    }
+    if (k == 0)
+        snprintf(buf, n, "nothing");
+}
+
+static int string_info(vctx *c, const cJSON *inst, size_t *len, long long *cps)
+{
+    if (c->str_inst != inst || c->str_ptr != inst->valuestring) {
+        c->str_inst = inst;
+        c->str_ptr = inst->valuestring;
+        c->str_len = strlen(inst->valuestring);
+        c->str_cps = utf8_count(inst->valuestring, c->str_len);
+    }
+    *len = c->str_len;
+    *cps = c->str_cps;
+    return c->str_cps >= 0;
+}
+
+static int bad_utf8(vctx *c, const node *n, const char *kw, const cJSON *inst)
+{
+    return report(c, n, kw, SCHEMA_INVALID_VALUE, NULL, NULL, "string is not valid UTF-8");
+}
+
+static char *num_text(double d)
+{
+    char buf[40];
+    fmt_num(d, buf, sizeof buf);
+    return strdup(buf);
+}
+
+static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
+{
+    if (!cJSON_IsNumber(inst))
+        return 1;
+    double x = inst->valuedouble;
+    char xs[40], ls[40];
+    switch (k) {
+    case K_MINIMUM:
+        if (x >= n->minimum)
+            return 1;
+        fmt_num(x, xs, sizeof xs);
+        fmt_num(n->minimum, ls, sizeof ls);
+        return report(c, n, "minimum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->minimum),
+                      "value %s is less than the minimum %s", xs, ls);
+    case K_MAXIMUM:
+        if (x <= n->maximum)
+            return 1;
+        fmt_num(x, xs, sizeof xs);
+        fmt_num(n->maximum, ls, sizeof ls);
+        return report(c, n, "maximum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->maximum),
+                      "value %s is greater than the maximum %s", xs, ls);
+    case K_XMINIMUM:
+        if (x > n->xminimum)
+            return 1;
+        fmt_num(x, xs, sizeof xs);
+        fmt_num(n->xminimum, ls, sizeof ls);
+        return report(c, n, "exclusiveMinimum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->xminimum),
+                      "value %s must be greater than %s", xs, ls);
+    case K_XMAXIMUM:
+        if (x < n->xmaximum)
+            return 1;
+        fmt_num(x, xs, sizeof xs);
+        fmt_num(n->xmaximum, ls, sizeof ls);
+        return report(c, n, "exclusiveMaximum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->xmaximum),
+                      "value %s must be less than %s", xs, ls);
+    default: /* K_MULTIPLE_OF */
+        if (is_multiple(x, n->multiple_of, &n->multiple_dec))
+            return 1;
+        fmt_num(x, xs, sizeof xs);
+        fmt_num(n->multiple_of, ls, sizeof ls);
+        return report(c, n, "multipleOf", SCHEMA_NOT_MULTIPLE, inst, num_text(n->multiple_of),
+                      "value %s is not a multiple of %s", xs, ls);
+    }
+}
+
+static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
+{
+    if (!cJSON_IsString(inst))
+        return 1;
+    size_t len;
+    long long cps;
+    switch (k) {
+    case K_MIN_LENGTH:
+        if (!string_info(c, inst, &len, &cps))
+            return bad_utf8(c, n, "minLength", inst);
+        if ((uint64_t)cps >= n->min_length)
+            return 1;
+        return report(c, n, "minLength", SCHEMA_TOO_SHORT, inst, num_text((double)n->min_length),
+                      "string is %lld characters long, shorter than the minimum length %llu", cps,
+                      (unsigned long long)n->min_length);
+    case K_MAX_LENGTH:
+        if (!string_info(c, inst, &len, &cps))
+            return bad_utf8(c, n, "maxLength", inst);
+        if ((uint64_t)cps <= n->max_length)
+            return 1;
+        return report(c, n, "maxLength", SCHEMA_TOO_LONG, inst, num_text((double)n->max_length),
+                      "string is %lld characters long, longer than the maximum length %llu", cps,
+                      (unsigned long long)n->max_length);
+    case K_PATTERN: {
+        if (!string_info(c, inst, &len, &cps))
+            return bad_utf8(c, n, "pattern", inst);
+        int r = schema_regex_match(n->pattern, inst->valuestring, len);
+        if (r < 0)
+            return limit(c, "regular expression %s hit its match limit at %s/pattern",
+                         n->pattern_text, n->loc);
+        if (r)
+            return 1;
+        return report(c, n, "pattern", SCHEMA_PATTERN_MISMATCH, inst, xstrdup(n->pattern_text),
+                      "string does not match the pattern %s", n->pattern_text);
+    }
+    default: { /* K_FORMAT */
+        if (!string_info(c, inst, &len, &cps))
+            return bad_utf8(c, n, "format", inst);
+        if (schema_format_check(n->fmt, inst->valuestring, len))
+            return 1;
+        return report(c, n, "format", SCHEMA_FORMAT_MISMATCH, inst,
+                      json_string_text(schema_format_name(n->fmt)), "string is not a valid %s",
+                      schema_format_name(n->fmt));
+    }
+    }
+}
+
+static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    if (!cJSON_IsArray(inst))
+        return 1;
+    int ok = 1;
+    size_t i = 0;
+    for (const cJSON *it = inst->child; it; it = it->next, i++) {
+        const node *sub;
+        if (i < n->n_prefix)
+            sub = n->prefix[i];
+        else if (n->items)
+            sub = n->items;
+        else
+            break;
+        if (sub->boolean == B_FALSE && i >= n->n_prefix) {
+            size_t cnt = i;
+            for (const cJSON *x = it; x; x = x->next)
+                cnt++;
+            report(c, sub, NULL, SCHEMA_TOO_MANY_ITEMS, NULL, NULL,
+                   "array has %zu items, but only %zu are allowed", cnt, n->n_prefix);
+            return 0;
+        }
+        push_idx(c, i);
+        int r = eval(c, sub, it, NULL);
+        c->npath--;
+        if (r < 0)
+            return -1;
+        if (r == 0) {
+            ok = 0;
+            if (!c->record)
+                return 0;
+        }
+        if (ev)
+            ev_set(ev, i);
+    }
+    return ok;
+}
+
+static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    if (!cJSON_IsArray(inst))
+        return 1;
+    uint64_t count = 0;
+    size_t i = 0;
+    int saved = c->record;
+    c->record = 0;
+    for (const cJSON *it = inst->child; it; it = it->next, i++) {
+        int r = eval(c, n->contains, it, NULL);
+        if (r < 0) {
+            c->record = saved;
+            return -1;
+        }
+        if (r) {
+            count++;
+            if (ev)
+                ev_set(ev, i);
+            else if (!n->has_max_contains && count >= n->min_contains)
+                break;
+            else if (n->has_max_contains && count > n->max_contains)
+                break;
+        }
+    }
+    c->record = saved;
+    if (count < n->min_contains) {
+        if (count == 0)
+            return report(c, n, "contains", SCHEMA_NO_MATCH, NULL, NULL,
+                          "array has no item that matches the contains schema");
+        return report(c, n, "minContains", SCHEMA_NO_MATCH, NULL, num_text((double)n->min_contains),
+                      "array has %llu items that match the contains schema, fewer than %llu",
+                      (unsigned long long)count, (unsigned long long)n->min_contains);
+    }
+    if (n->has_max_contains && count > n->max_contains)
+        return report(c, n, "maxContains", SCHEMA_TOO_MANY_ITEMS, NULL,
+                      num_text((double)n->max_contains),
+                      "array has %llu items that match the contains schema, more than %llu",
+                      (unsigned long long)count, (unsigned long long)n->max_contains);
+    return 1;
+}
+
+static int kw_unique(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!cJSON_IsArray(inst))
+        return 1;
+    size_t cnt = json_count(inst);
+    if (cnt < 2)
+        return 1;
+    uint64_t hs_inl[32];
+    uint64_t *hs = cnt <= 32 ? hs_inl : malloc(cnt * sizeof *hs);
+    if (!hs)
+        return limit(c, "out of memory checking uniqueItems");
+    size_t i = 0;
+    for (const cJSON *a = inst->child; a; a = a->next)
+        hs[i++] = json_hash(a);
+    /* quadratic on hashes (cheap integers); equal hashes confirm with
+     * json_equal */
+    size_t ia = 0;
+    int ok = 1;
+    size_t dup_a = 0, dup_b = 0;
+    for (const cJSON *a = inst->child; a && ok; a = a->next, ia++) {
+        size_t ib = ia + 1;
+        for (const cJSON *b = a->next; b; b = b->next, ib++) {
+            if (hs[ia] == hs[ib] && json_equal(a, b)) {
+                ok = 0;
+                dup_a = ia;
+                dup_b = ib;
+                break;
+            }
+        }
+    }
+    if (hs != hs_inl)
+        free(hs);
+    if (ok)
+        return 1;
+    return report(c, n, "uniqueItems", SCHEMA_NOT_UNIQUE, NULL, NULL,
+                  "array items %zu and %zu are equal; items must be unique", dup_a, dup_b);
+}
+
+static const prop_ent *prop_find(const node *n, const char *name)
+{
+    if (!n->props)
+        return NULL;
+    uint64_t h = hash_bytes(name, strlen(name));
+    size_t i = h & n->props_mask;
+    while (n->props[i].name) {
+        if (n->props[i].h == h && strcmp(n->props[i].name, name) == 0)
+            return &n->props[i];
+        i = (i + 1) & n->props_mask;
+    }
+    return NULL;
+}
+
+static int unexpected(vctx *c, const node *sub, const cJSON *m, const char *why)
+{
+    push_key(c, m->string);
+    report(c, sub, NULL, SCHEMA_UNEXPECTED_FIELD, m, NULL, "property \"%s\" is not allowed%s",
+           m->string, why);
+    c->npath--;
+    return 0;
+}
+
+static int key_utf8_ok(const char *k)
+{
+    return utf8_count(k, strlen(k)) >= 0;
+}
+
+static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    if (!cJSON_IsObject(inst))
+        return 1;
+    int ok = 1;
+    size_t i = 0;
+    for (const cJSON *m = inst->child; m; m = m->next, i++) {
+        int matched = 0;
+        if (n->n_props) {
+            const prop_ent *pe = prop_find(n, m->string);
+            if (pe && pe->schema) {
+                matched = 1;
+                int r;
+                if (pe->schema->boolean == B_FALSE) {
+                    r = unexpected(c, pe->schema, m, "");
+                } else {
+                    push_key(c, m->string);
+                    r = eval(c, pe->schema, m, NULL);
+                    c->npath--;
+                }
+                if (r < 0)
+                    return -1;
+                if (!r) {
+                    ok = 0;
+                    if (!c->record)
+                        return 0;
+                }
+            }
+        }
+        if (n->n_pats) {
+            if (!key_utf8_ok(m->string)) {
+                push_key(c, m->string);
+                report(c, n, "patternProperties", SCHEMA_INVALID_VALUE, NULL, NULL,
+                       "property name is not valid UTF-8");
+                c->npath--;
+                return 0;
+            }
+            for (size_t p = 0; p < n->n_pats; p++) {
+                int mr = schema_regex_match(n->pats[p].re, m->string, strlen(m->string));
+                if (mr < 0)
+                    return limit(c, "regular expression %s hit its match limit at %s/patternProperties",
+                                 schema_regex_source(n->pats[p].re), n->loc);
+                if (!mr)
+                    continue;
+                matched = 1;
+                int r;
+                if (n->pats[p].schema->boolean == B_FALSE) {
+                    r = unexpected(c, n->pats[p].schema, m, "");
+                } else {
+                    push_key(c, m->string);
+                    r = eval(c, n->pats[p].schema, m, NULL);
+                    c->npath--;
+                }
+                if (r < 0)
+                    return -1;
+                if (!r) {
+                    ok = 0;
+                    if (!c->record)
+                        return 0;
+                }
+            }
+        }
+        if (!matched && n->additional) {
+            matched = 1;
+            int r;
+            if (n->additional->boolean == B_FALSE) {
+                r = unexpected(c, n->additional, m, "");
+            } else {
+                push_key(c, m->string);
+                r = eval(c, n->additional, m, NULL);
+                c->npath--;
+            }
+            if (r < 0)
+                return -1;
+            if (!r) {
+                ok = 0;
+                if (!c->record)
+                    return 0;
+            }
+        }
+        if (matched && ev)
+            ev_set(ev, i);
+    }
+    return ok;
+}
+
+static int kw_required(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!cJSON_IsObject(inst))
+        return 1;
+    evset seen;
+    if (ev_init(&seen, n->n_required) < 0)
+        return limit(c, "out of memory checking required");
+    size_t found = 0;
+    for (const cJSON *m = inst->child; m && found < n->n_required; m = m->next) {
+        const prop_ent *pe = prop_find(n, m->string);
+        if (pe && pe->req >= 0 && !ev_get(&seen, (size_t)pe->req)) {
+            ev_set(&seen, (size_t)pe->req);
+            found++;
+        }
+    }
+    int ok = found == n->n_required;
+    if (!ok && c->record) {
+        for (size_t i = 0; i < n->n_required; i++)
+            if (!ev_get(&seen, i))
+                report(c, n, "required", SCHEMA_MISSING_FIELD, NULL, json_string_text(n->required[i]),
+                       "missing required property \"%s\"", n->required[i]);
+    }
+    ev_free(&seen);
+    return ok;
+}
+
+static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!cJSON_IsObject(inst))
+        return 1;
+    int ok = 1;
+    for (size_t d = 0; d < n->n_dreq; d++) {
+        const dep_req *q = &n->dreq[d];
+        if (!json_member(inst, q->name))
+            continue;
+        for (size_t i = 0; i < q->n; i++) {
+            if (json_member(inst, q->names[i]))
+                continue;
+            ok = 0;
+            if (!c->record)
+                return 0;
+            report(c, n, q->kw, SCHEMA_MISSING_FIELD, NULL, json_string_text(q->names[i]),
+                   "missing property \"%s\", required when \"%s\" is present", q->names[i], q->name);
+        }
+    }
+    return ok;
+}
+
+static int kw_dep_schemas(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    if (!cJSON_IsObject(inst))
+        return 1;
+    int ok = 1;
+    for (size_t d = 0; d < n->n_dsch; d++) {
+        if (!json_member(inst, n->dsch[d].name))
+            continue;
+        int r = eval(c, n->dsch[d].schema, inst, ev);
+        if (r < 0)
+            return -1;
+        if (!r) {
+            ok = 0;
+            if (!c->record)
+                return 0;
+        }
+    }
+    return ok;
+}
+
+static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!cJSON_IsObject(inst))
+        return 1;
+    int ok = 1;
+    for (const cJSON *m = inst->child; m; m = m->next) {
+        cJSON key;
+        memset(&key, 0, sizeof key);
+        key.type = cJSON_String;
+        key.valuestring = m->string;
+        size_t mark = c->nrec;
+        push_key(c, m->string);
+        int r = eval(c, n->property_names, &key, NULL);
+        c->npath--;
+        if (r < 0)
+            return -1;
+        if (r)
+            continue;
+        ok = 0;
+        if (!c->record)
+            return 0;
+        for (size_t i = mark; i < c->nrec; i++) {
+            schema_violation *v = &c->recs[i].v;
+            const char *old = v->message ? v->message : "";
+            size_t need = strlen(old) + strlen(m->string) + 32;
+            char *msg = malloc(need);
+            if (msg) {
+                snprintf(msg, need, "property name \"%s\": %s", m->string, old);
+                free(v->message);
+                v->message = msg;
+            }
+        }
+    }
+    return ok;
+}
+
+static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
+{
+    if (k == K_MAX_ITEMS || k == K_MIN_ITEMS) {
+        if (!cJSON_IsArray(inst))
+            return 1;
+        uint64_t cnt = json_count(inst);
+        if (k == K_MIN_ITEMS && cnt < n->min_items)
+            return report(c, n, "minItems", SCHEMA_TOO_FEW_ITEMS, NULL, num_text((double)n->min_items),
+                          "array has %llu items, fewer than the minimum %llu",
+                          (unsigned long long)cnt, (unsigned long long)n->min_items);
+        if (k == K_MAX_ITEMS && cnt > n->max_items)
+            return report(c, n, "maxItems", SCHEMA_TOO_MANY_ITEMS, NULL, num_text((double)n->max_items),
+                          "array has %llu items, more than the maximum %llu",
+                          (unsigned long long)cnt, (unsigned long long)n->max_items);
+        return 1;
+    }
+    if (!cJSON_IsObject(inst))
+        return 1;
+    uint64_t cnt = json_count(inst);
+    if (k == K_MIN_PROPS && cnt < n->min_props)
+        return report(c, n, "minProperties", SCHEMA_TOO_FEW_PROPERTIES, NULL,
+                      num_text((double)n->min_props), "object has %llu properties, fewer than the minimum %llu",
+                      (unsigned long long)cnt, (unsigned long long)n->min_props);
+    if (k == K_MAX_PROPS && cnt > n->max_props)
+        return report(c, n, "maxProperties", SCHEMA_TOO_MANY_PROPERTIES, NULL,
+                      num_text((double)n->max_props), "object has %llu properties, more than the maximum %llu",
+                      (unsigned long long)cnt, (unsigned long long)n->max_props);
+    return 1;
+}
+
+static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *inst)
+{
+    if (k == K_CONST) {
+        if (json_equal(inst, n->const_val))
+            return 1;
+        return report(c, n, "const", SCHEMA_CONST_MISMATCH, inst, xstrdup(n->const_text),
+                      "value must be %s", n->const_text);
+    }
+    uint64_t h = json_hash(inst);
+    size_t i = 0;
+    for (const cJSON *e = n->enum_vals->child; e; e = e->next, i++)
+        if (n->enum_h[i] == h && json_equal(inst, e))
+            return 1;
+    return report(c, n, "enum", SCHEMA_ENUM_MISMATCH, inst, xstrdup(n->enum_text),
+                  "value must be one of %s", n->enum_text);
+}
+
+static void drop_recs(vctx *c, size_t from)
+{
+    for (size_t i = from; i < c->nrec; i++)
+        free_violation(&c->recs[i].v);
+    c->nrec = from;
+}
+
+/* Adds the names of a `type` expected text to a type bitmask. */
+static int types_of_text(const char *text)
+{
+    int t = 0;
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    const cJSON *e = cJSON_IsArray(j) ? j->child : j;
+    for (; e; e = cJSON_IsArray(j) ? e->next : NULL) {
+        if (!cJSON_IsString(e))
+            continue;
+        const char *s = e->valuestring;
+        t |= !strcmp(s, "null") ? T_NULL : !strcmp(s, "boolean") ? T_BOOLEAN
+           : !strcmp(s, "object") ? T_OBJECT : !strcmp(s, "array") ? T_ARRAY
+           : !strcmp(s, "number") ? T_NUMBER | T_INTEGER : !strcmp(s, "string") ? T_STRING
+           : !strcmp(s, "integer") ? T_INTEGER : 0;
+        if (!cJSON_IsArray(j))
+            break;
+    }
+    cJSON_Delete(j);
+    return t;
+}
+
+static char *types_json(int types)
+{
+    static const struct { int bit; const char *name; } names[] = {
+        { T_STRING, "string" }, { T_NUMBER, "number" }, { T_INTEGER, "integer" },
+        { T_OBJECT, "object" }, { T_ARRAY, "array" }, { T_BOOLEAN, "boolean" }, { T_NULL, "null" },
+    };
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < sizeof names / sizeof names[0]; i++) {
+        if (!(types & names[i].bit) || (names[i].bit == T_INTEGER && (types & T_NUMBER)))
+            continue;
+        cJSON_AddItemToArray(a, cJSON_CreateString(names[i].name));
+    }
+    char *s = a ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
+    return s;
+}
+
+/* After every branch of anyOf/oneOf failed in the reporting pass: keep the
+ * most useful report.  Branches [starts[i], starts[i+1]) of c->recs. */
+static void report_branches(vctx *c, const node *n, const char *kw, const cJSON *inst, size_t base,
+                            const size_t *ends, size_t nb)
+{
+    size_t depth0 = c->npath;
+    /* 1. every branch failed on just the type, or just a const/enum:
+     *    merge into one violation ("expected string or null") */
+    int all_type = 1, all_const = 1;
+    for (size_t i = 0; i < nb; i++) {
+        size_t s = i ? ends[i - 1] : base, e = ends[i];
+        if (e - s != 1 || c->recs[s].depth != depth0) {
+            all_type = all_const = 0;
+            break;
+        }
+        const char *code = c->recs[s].v.code;
+        if (strcmp(code, SCHEMA_WRONG_TYPE) != 0)
+            all_type = 0;
+        if (strcmp(code, SCHEMA_CONST_MISMATCH) != 0 && strcmp(code, SCHEMA_ENUM_MISMATCH) != 0)
+            all_const = 0;
+    }
+    char kwbuf[16];
+    snprintf(kwbuf, sizeof kwbuf, "%s", kw);
+    if (all_type && nb > 0) {
+        int types = 0;
+        for (size_t i = 0; i < nb; i++)
+            types |= types_of_text(c->recs[i ? ends[i - 1] : base].v.expected);
+        drop_recs(c, base);
+        char list[128];
+        type_list(types, list, sizeof list);
+        report(c, n, kwbuf, SCHEMA_WRONG_TYPE, inst, types_json(types), "expected %s, got %s", list,
+               inst_type_name(inst));
+        return;
+    }
+    if (all_const && nb > 0) {
+        cJSON *vals = cJSON_CreateArray();
+        for (size_t i = 0; vals && i < nb; i++) {
+            const schema_violation *v = &c->recs[i ? ends[i - 1] : base].v;
+            cJSON *x = v->expected ? cJSON_Parse(v->expected) : NULL;
+            if (x && strcmp(v->code, SCHEMA_ENUM_MISMATCH) == 0 && cJSON_IsArray(x)) {
+                while (x->child)
+                    cJSON_AddItemToArray(vals, cJSON_DetachItemViaPointer(x, x->child));
+                cJSON_Delete(x);
+            } else if (x) {
+                cJSON_AddItemToArray(vals, x);
+            }
+        }
+        drop_recs(c, base);
+        char *text = vals ? json_snippet(vals, SNIPPET_MAX) : NULL;
+        cJSON_Delete(vals);
+        report(c, n, kwbuf, SCHEMA_ENUM_MISMATCH, inst, text, "value must be one of %s",
+               text ? text : "the listed values");
+        return;
+    }
+    /* 2. the closest branch: not disqualified by a wrong type or a failed
+     *    const/enum discriminator (on the value or a direct property),
+     *    then the fewest violations, then document order */
+    size_t best = 0;
+    int best_dq = 2;
+    size_t best_cnt = SIZE_MAX;
+    for (size_t i = 0; i < nb; i++) {
+        size_t s = i ? ends[i - 1] : base, e = ends[i];
+        int dq = 0;
+        for (size_t j = s; j < e; j++) {
+            const vrec *r = &c->recs[j];
+            const char *code = r->v.code;
+            int disc = !strcmp(code, SCHEMA_CONST_MISMATCH) || !strcmp(code, SCHEMA_ENUM_MISMATCH);
+            if ((r->depth == depth0 && (disc || !strcmp(code, SCHEMA_WRONG_TYPE))) ||
+                (r->depth == depth0 + 1 && disc))
+                dq = 1;
+        }
+        size_t cnt = e - s;
+        if (dq < best_dq || (dq == best_dq && cnt < best_cnt)) {
+            best = i;
+            best_dq = dq;
+            best_cnt = cnt;
+        }
+    }
+    size_t bs = best ? ends[best - 1] : base, be = ends[best];
+    size_t nkeep = be - bs;
+    vrec *keep = nkeep ? malloc(nkeep * sizeof *keep) : NULL;
+    if (nkeep && !keep) {
+        drop_recs(c, base);
+        return;
+    }
+    if (nkeep) {
+        memcpy(keep, c->recs + bs, nkeep * sizeof *keep);
+        /* detach the kept ones so drop_recs does not free them */
+        for (size_t j = bs; j < be; j++)
+            memset(&c->recs[j].v, 0, sizeof c->recs[j].v);
+    }
+    drop_recs(c, base);
+    report(c, n, kwbuf, SCHEMA_NO_MATCH, NULL, NULL,
+           "value matches none of the %zu alternatives of %s; the closest is #%zu, whose errors follow",
+           nb, kw, best);
+    for (size_t j = 0; j < nkeep; j++)
+        push_rec(c, &keep[j]);
+    free(keep);
+}
+
+static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset *ev)
+{
+    node *const *br = one ? n->one_of : n->any_of;
+    size_t nb = one ? n->n_one_of : n->n_any_of;
+    const char *kw = one ? "oneOf" : "anyOf";
+    int saved = c->record;
+    c->record = 0;
+    size_t nvalid = 0, v1 = 0, v2 = 0;
+    for (size_t i = 0; i < nb; i++) {
+        evset t;
+        evset *tp = NULL;
+        if (ev) {
+            if (ev_init(&t, ev->n) < 0) {
+                c->record = saved;
+                return limit(c, "out of memory");
+            }
+            tp = &t;
+        }
+        int r = eval(c, br[i], inst, tp);
+        if (r < 0) {
+            if (tp)
+                ev_free(tp);
+            c->record = saved;
+            return -1;
+        }
+        if (r) {
+            if (nvalid == 0)
+                v1 = i;
+            else if (nvalid == 1)
+                v2 = i;
+            nvalid++;
+            if (tp)
+                ev_or(ev, tp);
+        }
+        if (tp)
+            ev_free(tp);
+        if (r && !ev && (!one || nvalid >= 2))
+            break;
+    }
+    c->record = saved;
+    if (one ? nvalid == 1 : nvalid >= 1)
+        return 1;
+    if (!c->record)
+        return 0;
+    if (one && nvalid >= 2)
+        return report(c, n, kw, SCHEMA_NO_MATCH, NULL, NULL,
+                      "value matches more than one alternative of oneOf (#%zu and #%zu); exactly one must match",
+                      v1, v2);
+    size_t ends_inl[32];
+    size_t *ends = nb <= 32 ? ends_inl : malloc(nb * sizeof *ends);
+    if (!ends)
+        return limit(c, "out of memory");
+    size_t base = c->nrec;
+    for (size_t i = 0; i < nb; i++) {
+        int r = eval(c, br[i], inst, NULL);
+        if (r < 0) {
+            if (ends != ends_inl)
+                free(ends);
+            return -1;
+        }
+        ends[i] = c->nrec;
+    }
+    report_branches(c, n, kw, inst, base, ends, nb);
+    if (ends != ends_inl)
+        free(ends);
+    return 0;
+}
+
+static int kw_not(vctx *c, const node *n, const cJSON *inst)
+{
+    int saved = c->record;
+    c->record = 0;
+    int r = eval(c, n->not_, inst, NULL);
+    c->record = saved;
+    if (r < 0)
+        return -1;
+    if (!r)
+        return 1;
+    return report(c, n, "not", SCHEMA_NO_MATCH, inst, NULL, "value must not match the schema in \"not\"");
+}
+
+static int kw_if(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    evset t;
+    evset *tp = NULL;
+    if (ev) {
+        if (ev_init(&t, ev->n) < 0)
+            return limit(c, "out of memory");
+        tp = &t;
+    }
+    int saved = c->record;
+    c->record = 0;
+    int r = eval(c, n->if_, inst, tp);
+    c->record = saved;
+    if (r > 0 && tp)
+        ev_or(ev, tp);
+    if (tp)
+        ev_free(tp);
+    if (r < 0)
+        return -1;
+    const node *next = r ? n->then_ : n->else_;
+    if (!next)
+        return 1;
+    return eval(c, next, inst, ev);
+}
+
+static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, evset *ev)
+{
+    int ok = 1;
+    size_t i = 0;
+    if (k == K_UNEVAL_PROPS) {
+        if (!cJSON_IsObject(inst) || !ev)
+            return 1;
+        for (const cJSON *m = inst->child; m; m = m->next, i++) {
+            if (ev_get(ev, i))
+                continue;
+            int r;
+            if (n->uneval_props->boolean == B_FALSE) {
+                r = unexpected(c, n->uneval_props, m, "");
+            } else {
+                push_key(c, m->string);
+                r = eval(c, n->uneval_props, m, NULL);
+                c->npath--;
+            }
+            if (r < 0)
+                return -1;
+            if (!r) {
+                ok = 0;
+                if (!c->record)
+                    return 0;
+            }
+            ev_set(ev, i);
+        }
+        return ok;
+    }
+    if (!cJSON_IsArray(inst) || !ev)
+        return 1;
+    for (const cJSON *it = inst->child; it; it = it->next, i++) {
+        if (ev_get(ev, i))
+            continue;
+        int r;
+        push_idx(c, i);
+        if (n->uneval_items->boolean == B_FALSE)
+            r = report(c, n->uneval_items, NULL, SCHEMA_TOO_MANY_ITEMS, it, NULL,
+                       "item %zu is not allowed (not evaluated by any other keyword)", i);
+        else
+            r = eval(c, n->uneval_items, it, NULL);
+        c->npath--;
+        if (r < 0)
+            return -1;
+        if (!r) {
+            ok = 0;
+            if (!c->record)
+                return 0;
+        }
+        ev_set(ev, i);
+    }
+    return ok;
+}
+
+static int kw_dynref(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    const node *target = n->dynref;
+    if (n->dyn_name) {
+        for (size_t i = 0; i < c->nscope; i++) {
+            const rres *r = c->scope[i];
+            for (size_t j = 0; r && j < r->ndyn; j++) {
+                if (r->dyn_nodes[j] && strcmp(r->dyn_names[j], n->dyn_name) == 0) {
+                    target = r->dyn_nodes[j];
+                    goto found;
+                }
+            }
+        }
+    }
+found:
+    return eval(c, target, inst, ev);
+}
+
+static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    if (n->boolean) {
+        if (n->boolean == B_TRUE)
+            return 1;
+        return report(c, n, NULL, SCHEMA_INVALID_VALUE, inst, NULL, "no value is allowed here");
+    }
+    if (c->depth >= MAX_EVAL_DEPTH)
+        return limit(c, "validation depth limit (%d) exceeded at %s", MAX_EVAL_DEPTH,
+                     n->loc[0] ? n->loc : "/");
+    c->depth++;
+    int pushed = 0;
+    if (c->s->dynamic && (c->nscope == 0 || c->scope[c->nscope - 1] != n->res)) {
+        c->scope[c->nscope++] = n->res;
+        pushed = 1;
+    }
+    evset local;
+    evset *use = ev;
+    int tracking = 0;
+    if (n->uneval) {
+        if (((n->uneval & UE_PROPS) && cJSON_IsObject(inst)) ||
+            ((n->uneval & UE_ITEMS) && cJSON_IsArray(inst))) {
+            if (ev_init(&local, json_count(inst)) < 0) {
+                c->depth--;
+                if (pushed)
+                    c->nscope--;
+                return limit(c, "out of memory");
+            }
+            tracking = 1;
+            use = &local;
+        }
+    }
+    int ok = 1;
+    for (int i = 0; i < n->norder; i++) {
+        int k = n->order[i], r;
+        switch (k) {
+        case K_REF: r = eval(c, n->ref, inst, use); break;
+        case K_DYNREF: r = kw_dynref(c, n, inst, use); break;
+        case K_TYPE:
+            r = (n->types & inst_types(inst)) != 0;
+            if (!r) {
+                char list[128];
+                type_list(n->types, list, sizeof list);
+                report(c, n, "type", SCHEMA_WRONG_TYPE, inst, xstrdup(n->type_text), "expected %s, got %s",
+                       list, inst_type_name(inst));
+            }
+            break;
+        case K_ENUM:
+        case K_CONST: r = kw_enum_const(c, n, k, inst); break;
+        case K_MULTIPLE_OF:
+        case K_MAXIMUM:
+        case K_MINIMUM:
+        case K_XMAXIMUM:
+        case K_XMINIMUM: r = kw_numbers(c, n, k, inst); break;
+        case K_MAX_LENGTH:
+        case K_MIN_LENGTH:
+        case K_PATTERN:
+        case K_FORMAT: r = kw_strings(c, n, k, inst); break;
+        case K_ITEMS: r = kw_items(c, n, inst, use); break;
+        case K_CONTAINS: r = kw_contains(c, n, inst, use); break;
+        case K_MAX_ITEMS:
+        case K_MIN_ITEMS:
+        case K_MAX_PROPS:
+        case K_MIN_PROPS: r = kw_counts(c, n, k, inst); break;
+        case K_UNIQUE: r = kw_unique(c, n, inst); break;
+        case K_PROPS: r = kw_props(c, n, inst, use); break;
+        case K_REQUIRED: r = kw_required(c, n, inst); break;
+        case K_DEP_REQUIRED: r = kw_dep_required(c, n, inst); break;
+        case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, use); break;
+        case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;
+        case K_ALL_OF: {
+            r = 1;
+            for (size_t j = 0; j < n->n_all_of; j++) {
+                int rr = eval(c, n->all_of[j], inst, use);
+                if (rr < 0) {
+                    r = -1;
+                    break;
+                }
+                if (!rr) {
+                    r = 0;
+                    if (!c->record)
+                        break;
+                }
+            }
+            break;
+        }
+        case K_ANY_OF: r = kw_branches(c, n, 0, inst, use); break;
+        case K_ONE_OF: r = kw_branches(c, n, 1, inst, use); break;
+        case K_NOT: r = kw_not(c, n, inst); break;
+        case K_IF: r = kw_if(c, n, inst, use); break;
+        case K_UNEVAL_ITEMS:
+        case K_UNEVAL_PROPS: r = kw_uneval(c, n, k, inst, tracking ? use : NULL); break;
+        default: r = 1; break;
+        }
+        if (r < 0) {
+            ok = -1;
+            break;
+        }
+        if (!r) {
+            ok = 0;
+            if (!c->record)
+                break;
+        }
+    }
+    if (tracking) {
+        if (ok == 1 && ev)
+            ev_or(ev, &local);
+        ev_free(&local);
+    }
+    if (pushed)
+        c->nscope--;
+    c->depth--;
+    return ok;
+}
+
+static void vctx_init(vctx *c, const schema *s, int record)
+{
+    c->s = s;
+    c->record = record;
+    c->depth = 0;
+    c->npath = 0;
+    c->nscope = 0;
+    c->recs = NULL;
+    c->nrec = c->caprec = c->dropped = 0;
+    c->store_cap = s->max_violations * 8 + 256;
+    c->str_inst = NULL;
+    c->limit_msg[0] = '\0';
+}
+
+static void set_limit_violation(schema_violations *out, const char *msg)
+{
+    schema_violations_clear(out);
+    out->items = calloc(1, sizeof *out->items);
+    if (!out->items)
+        return;
+    out->items[0].path = strdup("");
+    out->items[0].keyword_location = strdup("");
+    out->items[0].code = SCHEMA_LIMIT_EXCEEDED;
+    out->items[0].message = strdup(msg[0] ? msg : "validation limit exceeded");
+    out->count = out->total = 1;
+}
+
+int schema_validate(const schema *s, const cJSON *instance, schema_violations *out)
+{
+    if (!s || !instance) {
+        if (out)
+            set_limit_violation(out, "schema_validate: NULL argument");
+        return -1;
+    }
+    vctx c;
+    vctx_init(&c, s, 0);
+    int r = eval(&c, s->root, instance, NULL);
+    if (r == 1)
+        return 0;
+    if (!out)
+        return r < 0 ? -1 : 1;
+    if (r < 0) {
+        set_limit_violation(out, c.limit_msg);
+        return -1;
+    }
+    vctx_init(&c, s, 1);
+    r = eval(&c, s->root, instance, NULL);
+    if (r < 0) {
+        drop_recs(&c, 0);
+        free(c.recs);
+        set_limit_violation(out, c.limit_msg);
+        return -1;
+    }
+    size_t keep = c.nrec < s->max_violations ? c.nrec : s->max_violations;
+    schema_violations_clear(out);
+    out->items = keep ? calloc(keep, sizeof *out->items) : NULL;
+    if (keep && !out->items)
+        keep = 0;
+    for (size_t i = 0; i < keep; i++)
+        out->items[i] = c.recs[i].v;
+    for (size_t i = keep; i < c.nrec; i++)
+        free_violation(&c.recs[i].v);
+    out->count = keep;
+    out->total = c.nrec + c.dropped;
+    if (out->total == 0) {
+        /* invalid but nothing recorded (cannot normally happen) */
+        out->total = 0;
+    }
+    free(c.recs);
+    return 1;
+}
+
+void schema_violations_clear(schema_violations *v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < v->count; i++)
+        free_violation(&v->items[i]);
+    free(v->items);
+    memset(v, 0, sizeof *v);
+}
+
+static void add_json_text(cJSON *o, const char *key, const char *text)
+{
+    if (!text) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    cJSON *j = cJSON_Parse(text);
+    if (j)
+        cJSON_AddItemToObject(o, key, j);
+    else
+        cJSON_AddStringToObject(o, key, text);
+}
+
+cJSON *schema_violations_to_json(const schema_violations *v)
+{
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr || !v)
+        return arr;
+    for (size_t i = 0; i < v->count; i++) {
+        const schema_violation *x = &v->items[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddStringToObject(o, "path", x->path ? x->path : "");
+        cJSON_AddStringToObject(o, "keyword", x->keyword_location ? x->keyword_location : "");
+        cJSON_AddStringToObject(o, "code", x->code ? x->code : "");
+        cJSON_AddStringToObject(o, "message", x->message ? x->message : "");
+        add_json_text(o, "expected", x->expected);
+        add_json_text(o, "actual", x->actual);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}

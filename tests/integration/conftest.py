@@ -1,0 +1,60 @@
+import glob
+import json
+import os
+import subprocess
+
+import pytest
+
+from stack import REPO, Stack
+
+BASE = "https://retort.dev/schemas/"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built():
+    subprocess.run(["make", "-s", "-C", REPO, "all"], check=True)
+
+
+@pytest.fixture
+def stack(request):
+    marker = request.node.get_closest_marker("llm_args")
+    s = Stack(llm_args=marker.args if marker else ())
+    yield s
+    s.close()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        for w in s.workers:
+            print("---- %s log (tail) ----" % w.name)
+            print(s.worker_log(w.name)[-4000:])
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+class Envelopes:
+    """Validates events against the JSON Schemas in schemas/ with an
+    independent implementation (python3-jsonschema)."""
+
+    def __init__(self):
+        import jsonschema
+        self.jsonschema = jsonschema
+        self.store = {}
+        for path in glob.glob(os.path.join(REPO, "schemas", "**", "*.json"), recursive=True):
+            with open(path) as f:
+                doc = json.load(f)
+            self.store[doc.get("$id", BASE + os.path.relpath(path, os.path.join(REPO, "schemas")))] = doc
+
+    def validate(self, name, instance):
+        uri = BASE + name
+        schema = self.store[uri]
+        resolver = self.jsonschema.RefResolver(uri, schema, store=self.store)
+        cls = self.jsonschema.validators.validator_for(schema)
+        cls(schema, resolver=resolver, format_checker=cls.FORMAT_CHECKER).validate(instance)
+
+
+@pytest.fixture(scope="session")
+def envelopes():
+    return Envelopes()

@@ -1,0 +1,203 @@
+"""The local Retort stack for tests, the demo and the benchmark: real
+redis-server, the mock Kafka broker process (librdkafka's mock cluster), the
+mock LLM over HTTP and retort worker processes, all on loopback ports."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(REPO, "build")
+TOPICS = ["retort.jobs", "retort.final", "retort.escalations", "retort.dlq"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_line(proc, prefix, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise RuntimeError("%s exited early (%s)" % (proc.args[0], proc.returncode))
+            continue
+        line = line.decode().strip()
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    raise RuntimeError("no %r line from %s" % (prefix, proc.args[0]))
+
+
+class Stack:
+    def __init__(self, partitions=4, llm_args=(), workdir=None):
+        self.dir = workdir or tempfile.mkdtemp(prefix="retort-test-")
+        self.procs = []
+        self.workers = []
+        self.redis_port = free_port()
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(self.redis)
+        self.kafka = subprocess.Popen(
+            [os.path.join(BUILD, "mock-kafka"), "--partitions", str(partitions)],
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "kafka.log"), "wb"))
+        self.procs.append(self.kafka)
+        self.bootstrap = _read_line(self.kafka, "BOOTSTRAP")
+        self.llm = subprocess.Popen(
+            [os.path.join(BUILD, "mock-llm"), "--port", "0"] + list(llm_args),
+            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "llm.log"), "wb"))
+        self.procs.append(self.llm)
+        self.llm_url = _read_line(self.llm, "LISTENING")
+        self._wait_redis()
+        self.config_path = os.path.join(self.dir, "retort.properties")
+        with open(self.config_path, "w") as f:
+            f.write(self.properties())
+
+    def properties(self):
+        return "\n".join([
+            "kafka.bootstrap.servers=%s" % self.bootstrap,
+            "kafka.group.id=retort-test",
+            "kafka.consumer.session.timeout.ms=6000",
+            "redis.host=127.0.0.1",
+            "redis.port=%d" % self.redis_port,
+            "llm.base_url=%s/v1" % self.llm_url,
+            "llm.model=mock-1",
+            "llm.timeout_ms=5000",
+            "llm.backoff_base_ms=50",
+            "llm.backoff_max_ms=2000",
+            "schemas.dir=%s/schemas/output" % REPO,
+            "schemas.envelopes=%s/schemas" % REPO,
+            "log.format=json",
+            "",
+        ])
+
+    def _wait_redis(self):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.redis_port), 0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    # -- workers ---------------------------------------------------------
+    def start_worker(self, *args, name=None):
+        name = name or "w%d" % len(self.workers)
+        log = open(os.path.join(self.dir, name + ".log"), "ab")
+        p = subprocess.Popen(
+            [os.path.join(BUILD, "retort"), "worker", "-c", self.config_path,
+             "--set", "worker.id=%s" % name] + list(args),
+            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret"))
+        p.name = name
+        self.workers.append(p)
+        return p
+
+    def stop_worker(self, p, sig=signal.SIGTERM, timeout=30):
+        if p.poll() is None:
+            p.send_signal(sig)
+        return p.wait(timeout)
+
+    def worker_log(self, name):
+        with open(os.path.join(self.dir, name + ".log"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    # -- Kafka via kcat (librdkafka: the same protocol level as the mock) --
+    def produce(self, topic, messages):
+        """messages: list of (key, value-bytes-or-obj[, headers dict])."""
+        path = os.path.join(self.dir, "produce-%s.bin" % uuid.uuid4().hex)
+        with open(path, "wb") as f:
+            for m in messages:
+                key, value = m[0], m[1]
+                if not isinstance(value, (bytes, bytearray)):
+                    value = json.dumps(value).encode()
+                assert b"\x1e" not in value and b"\x1f" not in value
+                f.write((key or "").encode() + b"\x1f" + value + b"\x1e")
+        subprocess.run(["kcat", "-P", "-b", self.bootstrap, "-t", topic, "-K", "\\x1f",
+                        "-D", "\\x1e", "-l", path], check=True, timeout=60)
+
+    def produce_jobs(self, jobs):
+        self.produce("retort.jobs", [(j.get("job_id"), j) for j in jobs])
+
+    def consume(self, topic):
+        """Every message of topic so far, as dicts with headers and payload."""
+        out = subprocess.run(["kcat", "-C", "-b", self.bootstrap, "-t", topic, "-o", "beginning",
+                              "-e", "-J", "-q"], capture_output=True, timeout=60, check=True)
+        msgs = []
+        for line in out.stdout.decode().splitlines():
+            if not line.strip():
+                continue
+            m = json.loads(line)
+            try:
+                m["value"] = json.loads(m["payload"]) if m.get("payload") is not None else None
+            except ValueError:
+                m["value"] = None
+            m["headers"] = m.get("headers") or {}
+            if isinstance(m["headers"], list):
+                h = m["headers"]
+                m["headers"] = dict(zip(h[0::2], h[1::2]))
+            msgs.append(m)
+        return msgs
+
+    def outcomes(self):
+        return self.consume("retort.final") + self.consume("retort.escalations")
+
+    def wait_outcomes(self, job_ids, timeout=60):
+        """Waits until every job id has a final or escalation event."""
+        want = set(job_ids)
+        deadline = time.time() + timeout
+        while True:
+            got = self.outcomes()
+            done = {m["value"]["job_id"] for m in got if m["value"]}
+            if want <= done:
+                return got
+            if time.time() > deadline:
+                raise AssertionError("no outcome for %d job(s), e.g. %s" %
+                                     (len(want - done), sorted(want - done)[:5]))
+            time.sleep(0.3)
+
+    # -- mock LLM --------------------------------------------------------
+    def llm_stats(self):
+        with urllib.request.urlopen(self.llm_url + "/stats", timeout=5) as r:
+            return json.loads(r.read())
+
+    # -- Redis (plain RESP, so tests need no client for simple reads) ------
+    def redis_client(self):
+        import redis
+        return redis.Redis(host="127.0.0.1", port=self.redis_port, decode_responses=True)
+
+    def close(self):
+        for p in self.workers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.workers:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def job(job_id, schema="product.v1", prompt="Describe a product.", directive=None, **extra):
+    if directive:
+        prompt = prompt + " [[mock %s]]" % directive
+    j = {"job_id": job_id, "schema": schema, "prompt": prompt}
+    j.update(extra)
+    return j

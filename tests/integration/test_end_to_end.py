@@ -1,0 +1,271 @@
+"""End to end: jobs from Kafka through the mock LLM and the schema validator
+to final, retry, escalation and dead-letter events, with state in Redis."""
+import json
+import time
+import uuid
+
+import pytest
+
+from stack import job
+
+
+def uid(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def by_job(msgs, job_id):
+    return [m for m in msgs if m["value"] and m["value"].get("job_id") == job_id]
+
+
+def check_headers(envelopes, msg, ce_type, job_id):
+    h = msg["headers"]
+    envelopes.validate("events/cloudevents-headers.schema.json", h)
+    assert h["ce_type"] == ce_type
+    assert h["ce_subject"] == job_id
+
+
+def test_valid_first_time(stack, envelopes):
+    w = stack.start_worker()
+    jid = uid("ok")
+    stack.produce_jobs([job(jid, metadata={"tenant": "t1"}, batch_id="b1")])
+    outs = stack.wait_outcomes([jid])
+    finals = by_job(stack.consume("retort.final"), jid)
+    assert len(finals) == 1 and not by_job(stack.consume("retort.escalations"), jid)
+    ev = finals[0]["value"]
+    envelopes.validate("events/final.schema.json", ev)
+    check_headers(envelopes, finals[0], "retort.job.final", jid)
+    assert finals[0]["headers"]["ce_id"] == "%s:1:final" % jid
+    assert finals[0]["key"] == jid
+    assert ev["attempts"] == 1 and ev["attempt"] == 1
+    assert ev["metadata"] == {"tenant": "t1"} and ev["batch_id"] == "b1"
+    envelopes.validate("output/product.v1.json", ev["output"])
+    assert ev["usage"]["total_tokens"] == ev["usage"]["prompt_tokens"] + ev["usage"]["completion_tokens"] > 0
+    # Redis holds the state and the record of the attempt
+    r = stack.redis_client()
+    st = r.hgetall("retort:job:{%s}" % jid)
+    assert st["status"] == "final" and st["attempt"] == "1"
+    hist = [json.loads(x) for x in r.lrange("retort:job:{%s}:history" % jid, 0, -1)]
+    assert len(hist) == 1 and hist[0]["outcome"] == "valid"
+    envelopes.validate("events/attempt.schema.json", hist[0])
+    assert r.ttl("retort:job:{%s}" % jid) > 0
+    # the API key was sent but never logged
+    assert stack.stop_worker(w) == 0
+    assert "sk-test-secret" not in stack.worker_log(w.name)
+
+
+@pytest.mark.parametrize("defect", ["missing_field", "wrong_type", "invalid_value", "not_json"])
+def test_fixed_on_second_attempt(stack, envelopes, defect):
+    stack.start_worker()
+    jid = uid("fix")
+    stack.produce_jobs([job(jid, directive="defect=%s until=1" % defect)])
+    stack.wait_outcomes([jid])
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"] == jid]
+    assert len(retries) == 1
+    rj = retries[0]["value"]
+    envelopes.validate("job.schema.json", rj)
+    check_headers(envelopes, retries[0], "retort.job.retry", jid)
+    assert rj["attempt"] == 2
+    refl = rj["reflection"]
+    assert refl["attempt"] == 1 and refl["max_attempts"] == 3
+    assert refl["violations"] and refl["previous_output"] is not None
+    # the repair prompt names what was wrong (the mock only repairs then)
+    for v in refl["violations"]:
+        assert v["code"] in refl["prompt"]
+    finals = by_job(stack.consume("retort.final"), jid)
+    assert len(finals) == 1
+    ev = finals[0]["value"]
+    envelopes.validate("events/final.schema.json", ev)
+    assert ev["attempts"] == 2 and ev["attempt"] == 2
+    assert [s["outcome"] for s in ev["summary"]] == ["invalid", "valid"]
+    assert finals[0]["headers"]["ce_id"] == "%s:2:final" % jid
+
+
+def test_never_fixed_escalates_with_history(stack, envelopes):
+    stack.start_worker()
+    jid = uid("never")
+    stack.produce_jobs([job(jid, directive="defect=wrong_type")])
+    stack.wait_outcomes([jid])
+    escs = by_job(stack.consume("retort.escalations"), jid)
+    assert len(escs) == 1 and not by_job(stack.consume("retort.final"), jid)
+    ev = escs[0]["value"]
+    envelopes.validate("events/escalation.schema.json", ev)
+    check_headers(envelopes, escs[0], "retort.job.escalated", jid)
+    assert ev["reason"] == "validation failed after 3 attempts"
+    assert ev["attempts"] == 3 and [h["attempt"] for h in ev["history"]] == [1, 2, 3]
+    assert all(h["violations"] for h in ev["history"])
+    assert [h["decision"] for h in ev["history"]] == ["retry", "retry", "escalate"]
+    assert ev["usage"]["prompt_tokens"] == sum(h["usage"]["prompt_tokens"] for h in ev["history"])
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"] == jid]
+    assert sorted(m["value"]["attempt"] for m in retries) == [2, 3]
+    # every attempt reached the LLM exactly once
+    calls = stack.llm_stats()["calls"]
+    assert [calls.get("%s:%d" % (jid, a)) for a in (1, 2, 3)] == [1, 1, 1]
+
+
+def test_job_max_attempts_wins(stack):
+    stack.start_worker()
+    jid = uid("max")
+    stack.produce_jobs([job(jid, directive="defect=missing_field", max_attempts=2)])
+    stack.wait_outcomes([jid])
+    ev = by_job(stack.consume("retort.escalations"), jid)[0]["value"]
+    assert ev["attempts"] == 2 and ev["reason"] == "validation failed after 2 attempts"
+
+
+@pytest.mark.parametrize("directive,category", [("defect=refusal", "refusal"),
+                                                ("http=401", "auth"),
+                                                ("http=400", "context_length")])
+def test_not_fixable_escalates_at_once(stack, envelopes, directive, category):
+    stack.start_worker()
+    jid = uid("crit")
+    stack.produce_jobs([job(jid, directive=directive)])
+    stack.wait_outcomes([jid])
+    ev = by_job(stack.consume("retort.escalations"), jid)[0]["value"]
+    envelopes.validate("events/escalation.schema.json", ev)
+    assert ev["attempts"] == 1 and ev["category"] == category
+    assert not [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+                and m["value"]["job_id"] == jid]
+
+
+def test_unknown_schema_escalates_without_llm_call(stack):
+    stack.start_worker()
+    jid = uid("noschema")
+    stack.produce_jobs([job(jid, schema="nope.v9")])
+    stack.wait_outcomes([jid])
+    ev = by_job(stack.consume("retort.escalations"), jid)[0]["value"]
+    assert ev["category"] == "unknown_schema" and "nope.v9" in ev["reason"] + json.dumps(ev["history"])
+    assert "%s:1" % jid not in stack.llm_stats()["calls"]
+
+
+def test_inline_schema(stack):
+    stack.start_worker()
+    jid = uid("inline")
+    schema = {"type": "object", "required": ["city", "population"], "additionalProperties": False,
+              "properties": {"city": {"type": "string", "minLength": 2},
+                             "population": {"type": "integer", "minimum": 0}}}
+    stack.produce_jobs([job(jid, schema=schema, directive="defect=missing_field field=population until=1")])
+    stack.wait_outcomes([jid])
+    ev = by_job(stack.consume("retort.final"), jid)[0]["value"]
+    assert ev["schema"] == "inline" and ev["attempts"] == 2
+    assert set(ev["output"]) == {"city", "population"}
+
+
+def test_transient_errors_retry_in_place(stack):
+    stack.start_worker()
+    jid = uid("429")
+    stack.produce_jobs([job(jid, directive="http=429 times=2 retry_after=0")])
+    stack.wait_outcomes([jid])
+    ev = by_job(stack.consume("retort.final"), jid)[0]["value"]
+    # no validation attempt spent: still attempt 1, after three calls
+    assert ev["attempts"] == 1
+    assert stack.llm_stats()["calls"]["%s:1" % jid] == 3
+    r = stack.redis_client()
+    rec = json.loads(r.lindex("retort:job:{%s}:history" % jid, 0))
+    assert rec["tries"] == 3
+
+
+def test_fenced_and_prose_answers_are_accepted(stack):
+    stack.start_worker()
+    ids = [uid("fence"), uid("prose")]
+    stack.produce_jobs([job(ids[0], directive="defect=fenced"), job(ids[1], directive="defect=prose")])
+    stack.wait_outcomes(ids)
+    for jid in ids:
+        ev = by_job(stack.consume("retort.final"), jid)[0]["value"]
+        assert ev["attempts"] == 1
+
+
+def test_malformed_jobs_go_to_dlq_and_work_continues(stack, envelopes):
+    stack.start_worker()
+    good = uid("after-dlq")
+    stack.produce("retort.jobs", [
+        ("bad-json", b"{not json"),
+        ("bad-utf8", b'{"job_id":"x\xff"}'),
+        ("bad-job", {"job_id": "bad-job", "schema": "product.v1"}),  # neither prompt nor messages
+        ("typo", {"job_id": "typo", "schema": "product.v1", "promt": "x"}),
+    ])
+    stack.produce_jobs([job(good)])
+    stack.wait_outcomes([good])
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        dlq = stack.consume("retort.dlq")
+        if len(dlq) >= 4:
+            break
+        time.sleep(0.3)
+    assert len(dlq) == 4
+    for m in dlq:
+        envelopes.validate("events/dead_letter.schema.json", m["value"])
+        check_headers(envelopes, m, "retort.job.dead_letter", m["headers"]["ce_subject"])
+        assert m["value"]["source"]["topic"] == "retort.jobs"
+    reasons = {m["key"]: m["value"] for m in dlq}
+    assert "not JSON" in reasons["bad-json"]["reason"] and reasons["bad-json"]["value"] == "{not json"
+    assert "UTF-8" in reasons["bad-utf8"]["reason"] and "value_base64" in reasons["bad-utf8"]
+    assert reasons["bad-job"]["job_id"] == "bad-job" and reasons["bad-job"]["violations"]
+    assert "promt" in json.dumps(reasons["typo"])
+
+
+def test_duplicate_message_is_not_processed_twice(stack):
+    w = stack.start_worker()
+    jid = uid("dup")
+    j = job(jid, directive="latency_ms=300")
+    stack.produce_jobs([j, j])           # twice while the first is in flight
+    stack.wait_outcomes([jid])
+    time.sleep(1.5)
+    stack.produce_jobs([j])              # and again once it is final
+    time.sleep(3)
+    assert len(by_job(stack.outcomes(), jid)) == 1
+    assert stack.llm_stats()["calls"]["%s:1" % jid] == 1
+    # a stale retry job (attempt 2 for a job that is final) is ignored too
+    stack.produce_jobs([dict(j, attempt=2)])
+    time.sleep(2)
+    assert len(by_job(stack.outcomes(), jid)) == 1
+    assert "%s:2" % jid not in stack.llm_stats()["calls"]
+    assert stack.stop_worker(w) == 0
+
+
+def test_two_processes_share_a_batch(stack, envelopes):
+    sup = stack.start_worker("--processes", "2")
+    ids = [uid("pool") for _ in range(200)]
+    jobs = []
+    for i, jid in enumerate(ids):
+        d = "latency_ms=20"
+        if i % 5 == 0:
+            d += " defect=missing_field until=1"
+        if i % 17 == 0:
+            d = "defect=wrong_type"
+        jobs.append(job(jid, schema=["product.v1", "ticket.v1", "invoice.v1"][i % 3], directive=d))
+    stack.produce_jobs(jobs)
+    outs = stack.wait_outcomes(ids, timeout=120)
+    per_job = {}
+    for m in outs:
+        per_job.setdefault(m["value"]["job_id"], set()).add(m["headers"]["ce_id"])
+    assert all(len(per_job[j]) == 1 for j in ids), "a job ended twice"
+    workers = set()
+    for m in outs:
+        if m["value"]["job_id"] in per_job:
+            for h in m["value"].get("history", []):
+                workers.add(h["worker"])
+    r = stack.redis_client()
+    for jid in ids[:60]:
+        for rec in r.lrange("retort:job:{%s}:history" % jid, 0, -1):
+            workers.add(json.loads(rec)["worker"])
+    assert len(workers) == 2, workers
+    assert stack.stop_worker(sup) == 0
+
+
+def test_sigterm_drains_in_flight_jobs(stack):
+    w = stack.start_worker()
+    ids = [uid("drain") for _ in range(20)]
+    stack.produce_jobs([job(j, directive="latency_ms=1500") for j in ids])
+    # wait until the calls are in flight, then stop
+    deadline = time.time() + 30
+    while time.time() < deadline and stack.llm_stats()["requests"] < 20:
+        time.sleep(0.1)
+    assert stack.stop_worker(w) == 0
+    got = {m["value"]["job_id"] for m in stack.outcomes()}
+    assert set(ids) <= got
+    # offsets were committed: a new worker does not redo the jobs
+    before = stack.llm_stats()["requests"]
+    stack.start_worker(name="w-next")
+    time.sleep(6)
+    assert stack.llm_stats()["requests"] == before

@@ -1,0 +1,473 @@
+"""Integration tests of build/mock-llm over real HTTP (stdlib + pytest + jsonschema)."""
+import concurrent.futures
+import json
+import math
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import jsonschema
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# MOCK_LLM may point at another build of the tool (e.g. a sanitizer build).
+BINARY = os.environ.get("MOCK_LLM", os.path.join(REPO, "build", "mock-llm"))
+
+PRODUCT = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 3},
+        "price": {"type": "number", "minimum": 0},
+        "color": {"type": "string", "enum": ["red", "green", "blue", "black", "white", "grey"]},
+    },
+    "required": ["name", "price", "color"],
+    "additionalProperties": False,
+}
+
+# Uses most keywords the generator claims to handle.
+COMPLEX = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$defs": {
+        "address": {
+            "type": "object",
+            "properties": {
+                "street": {"type": "string", "maxLength": 40},
+                "city": {"type": "string", "minLength": 2},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}(-[0-9]{4})?$"},
+            },
+            "required": ["street", "city", "zip"],
+            "additionalProperties": False,
+        },
+        "node": {
+            "type": "object",
+            "properties": {"label": {"type": "string"},
+                           "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            "required": ["label"],
+        },
+    },
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "sku": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+        "email": {"type": "string", "format": "email"},
+        "created": {"type": "string", "format": "date-time"},
+        "day": {"type": "string", "format": "date"},
+        "site": {"type": "string", "format": "uri"},
+        "host": {"type": "string", "format": "hostname"},
+        "ip": {"type": "string", "format": "ipv4"},
+        "kind": {"const": "product"},
+        "status": {"enum": ["active", "retired", "draft"]},
+        "qty": {"type": "integer", "minimum": 10, "maximum": 20, "multipleOf": 5},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "cents": {"type": "number", "multipleOf": 0.01, "minimum": 1, "maximum": 2},
+        "tags": {"type": "array", "items": {"type": "string", "minLength": 2},
+                 "minItems": 3, "maxItems": 5, "uniqueItems": True},
+        "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "boolean"}],
+                 "items": False},
+        "address": {"$ref": "#/$defs/address"},
+        "tree": {"$ref": "#/$defs/node"},
+        "dims": {"allOf": [
+            {"type": "object", "properties": {"w": {"type": "number"}}, "required": ["w"]},
+            {"type": "object", "properties": {"h": {"type": "integer", "minimum": 1}}, "required": ["h"]},
+        ]},
+        "either": {"anyOf": [{"type": "integer", "minimum": 5}, {"type": "string"}]},
+        "one": {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+        "maybe": {"type": ["string", "null"], "maxLength": 4},
+        "example": {"type": "string", "pattern": "^(?=x).*q$", "examples": ["xyzq"]},
+        "note": {"type": "string", "default": "n/a"},
+    },
+    "required": ["id", "sku", "kind", "status", "qty", "address", "dims"],
+    "additionalProperties": False,
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_mock(*args):
+    proc = subprocess.Popen([BINARY, "--port", "0", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    assert line.startswith("LISTENING http://127.0.0.1:"), line
+    return proc, line.split()[1]
+
+
+def stop_mock(proc):
+    proc.terminate()
+    try:
+        rc = proc.wait(timeout=10)
+        assert rc == 0, "mock-llm exited with %s: %s" % (rc, proc.stderr.read()[-3000:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def base():
+    if "MOCK_LLM" not in os.environ:
+        subprocess.run(["make", "-C", REPO, "--no-print-directory", "build/mock-llm"], check=True,
+                       stdout=subprocess.DEVNULL)
+    proc, url = start_mock()
+    yield url
+    stop_mock(proc)
+
+
+def call(base_url, path, body=None, headers=None, timeout=10, method=None):
+    """Returns (status, headers, parsed-or-raw body, seconds)."""
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(base_url + path, data=data, method=method or ("POST" if data else "GET"))
+    req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, hdrs, raw = r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        status, hdrs, raw = e.code, e.headers, e.read()
+    elapsed = time.monotonic() - t0
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = raw.decode()
+    return status, hdrs, parsed, elapsed
+
+
+def openai(user, schema=PRODUCT, system=None, history=(), last_user=None):
+    """OpenAI request; history is a list of assistant texts (one per earlier attempt)."""
+    msgs = []
+    if system:
+        msgs.append({"role": "system", "content": system})
+    msgs.append({"role": "user", "content": user})
+    for i, text in enumerate(history):
+        msgs.append({"role": "assistant", "content": text})
+        msgs.append({"role": "user", "content": last_user if i == len(history) - 1 else "try again"})
+    body = {"model": "gpt-4o-mini", "messages": msgs}
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "s", "strict": True, "schema": schema}}
+    return body
+
+
+def anthropic(user, system=None, schema=None, history=(), last_user=None):
+    msgs = [{"role": "user", "content": [{"type": "text", "text": user}]}]
+    for i, text in enumerate(history):
+        msgs.append({"role": "assistant", "content": [{"type": "text", "text": text}]})
+        msgs.append({"role": "user", "content": last_user if i == len(history) - 1 else "again"})
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": msgs}
+    if system is not None:
+        body["system"] = system
+    if schema is not None:
+        body["output_format"] = {"type": "json_schema", "schema": schema}
+    return body
+
+
+def content(resp):
+    return resp["choices"][0]["message"]["content"]
+
+
+def is_valid(instance, schema):
+    return jsonschema.Draft202012Validator(schema).is_valid(instance)
+
+
+# ---------------------------------------------------------------- generation
+
+def test_valid_answer_validates_against_complex_schema(base):
+    fmt = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    for i in range(25):
+        st, _, resp, _ = call(base, "/v1/chat/completions", openai(f"record {i}", COMPLEX))
+        assert st == 200
+        doc = json.loads(content(resp))
+        errors = [e.message for e in jsonschema.Draft202012Validator(COMPLEX, format_checker=fmt).iter_errors(doc)]
+        assert errors == [], (doc, errors)
+        assert set(doc) == set(COMPLEX["properties"])  # all properties, nothing else
+        assert doc["example"] == "xyzq" and doc["note"] == "n/a"
+        assert len(doc["tags"]) == 3 and doc["tree"]["label"]
+
+
+def test_answers_are_deterministic_and_vary_between_jobs(base):
+    first = [content(call(base, "/chat/completions", openai(f"job {i}"))[2]) for i in range(20)]
+    again = [content(call(base, "/chat/completions", openai(f"job {i}"))[2]) for i in range(20)]
+    assert first == again
+    colors = {json.loads(c)["color"] for c in first}
+    assert len(colors) >= 3
+
+
+def test_usage_counts_bytes_over_four(base):
+    body = openai("12345678", system="abcd")
+    st, _, resp, _ = call(base, "/v1/chat/completions", body)
+    answer = content(resp)
+    assert resp["usage"]["prompt_tokens"] == math.ceil(12 / 4)
+    assert resp["usage"]["completion_tokens"] == math.ceil(len(answer.encode()) / 4)
+    assert resp["usage"]["total_tokens"] == resp["usage"]["prompt_tokens"] + resp["usage"]["completion_tokens"]
+    assert resp["choices"][0]["finish_reason"] == "stop" and resp["object"] == "chat.completion"
+
+
+def test_schema_from_system_prompt_and_default_answer(base):
+    system = "You write product records.\nJSON Schema: " + json.dumps(PRODUCT) + "\nAnswer with JSON only."
+    _, _, resp, _ = call(base, "/v1/chat/completions", openai("lamp", schema=None, system=system))
+    assert is_valid(json.loads(content(resp)), PRODUCT)
+    _, _, resp, _ = call(base, "/v1/chat/completions", openai("lamp", schema=None, system="no schema here"))
+    assert json.loads(content(resp)) == {"answer": "mock answer"}
+
+
+def test_anthropic_messages(base):
+    system = [{"type": "text", "text": "Rules.\nJSON Schema:\n" + json.dumps(PRODUCT)}]
+    st, _, resp, _ = call(base, "/v1/messages", anthropic("desk lamp", system=system))
+    assert st == 200 and resp["type"] == "message" and resp["role"] == "assistant"
+    assert resp["stop_reason"] == "end_turn" and resp["content"][0]["type"] == "text"
+    assert is_valid(json.loads(resp["content"][0]["text"]), PRODUCT)
+    assert resp["usage"]["output_tokens"] == math.ceil(len(resp["content"][0]["text"].encode()) / 4)
+    # output_format wins over the system prompt
+    other = {"type": "object", "properties": {"n": {"type": "integer", "const": 7}}, "required": ["n"]}
+    _, _, resp, _ = call(base, "/v1/messages", anthropic("x", system=system, schema=other))
+    assert json.loads(resp["content"][0]["text"]) == {"n": 7}
+    st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock defect=refusal]]", system=system))
+    assert st == 200 and resp["stop_reason"] == "refusal"
+    st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock defect=truncated]]", system=system))
+    assert resp["stop_reason"] == "max_tokens"
+    with pytest.raises(ValueError):
+        json.loads(resp["content"][0]["text"])
+    st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock http=529]]", system=system))
+    assert st == 529 and resp == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
+                                  "request_id": "req_mock"}
+
+
+# ------------------------------------------------------------------- defects
+
+def test_defect_missing_field(base):
+    doc = json.loads(content(call(base, "/v1/chat/completions", openai("[[mock defect=missing_field]]"))[2]))
+    assert "name" not in doc and not is_valid(doc, PRODUCT)
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai("[[mock defect=missing_field field=color]]"))[2]))
+    assert "color" not in doc and "name" in doc
+
+
+def test_defect_wrong_type(base):
+    doc = json.loads(content(call(base, "/v1/chat/completions", openai("[[mock defect=wrong_type]]"))[2]))
+    assert doc["name"] == 12345 and not is_valid(doc, PRODUCT)
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai("[[mock defect=wrong_type field=price]]"))[2]))
+    assert doc["price"] == "not a number"
+
+
+def test_defect_invalid_value(base):
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai("[[mock defect=invalid_value field=color]]"))[2]))
+    assert isinstance(doc["color"], str) and doc["color"] not in PRODUCT["properties"]["color"]["enum"]
+    assert not is_valid(doc, PRODUCT)
+    # name has minLength 3: default field (first required) is broken with a too short string
+    doc = json.loads(content(call(base, "/v1/chat/completions", openai("[[mock defect=invalid_value]]"))[2]))
+    assert isinstance(doc["name"], str) and len(doc["name"]) < 3
+    # a field without constraints moves the defect to the first constrained property
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer", "maximum": 9}},
+              "required": ["a", "b"]}
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai("[[mock defect=invalid_value]]", schema))[2]))
+    assert doc["b"] == 10 and isinstance(doc["a"], str)
+
+
+def test_defect_extra_field(base):
+    doc = json.loads(content(call(base, "/v1/chat/completions", openai("[[mock defect=extra_field]]"))[2]))
+    assert doc["unexpected_field"] is True and not is_valid(doc, PRODUCT)
+
+
+def test_defect_text_kinds(base):
+    def text(kind):
+        return call(base, "/v1/chat/completions", openai(f"[[mock defect={kind}]]"))[2]
+
+    assert content(text("not_json")) == "Sorry, I cannot produce that right now."
+    fenced = content(text("fenced"))
+    assert fenced.startswith("```json\n") and fenced.endswith("\n```")
+    assert is_valid(json.loads(fenced[len("```json\n"):-len("\n```")]), PRODUCT)
+    prose = content(text("prose"))
+    head = "Here is the JSON you asked for:\n"
+    assert prose.startswith(head) and is_valid(json.loads(prose[len(head):]), PRODUCT)
+    assert content(text("empty")) == ""
+    refusal = text("refusal")["choices"][0]
+    assert refusal["message"]["content"] is None and refusal["message"]["refusal"]
+    assert refusal["finish_reason"] == "stop"
+    # same prompt (same seed) on attempt 2 gives the full answer that was cut
+    prompt = "[[mock defect=truncated until=1]]"
+    trunc = call(base, "/v1/chat/completions", openai(prompt))[2]["choices"][0]
+    assert trunc["finish_reason"] == "length"
+    full = content(call(base, "/v1/chat/completions", openai(prompt, history=["x"], last_user="go"))[2])
+    assert is_valid(json.loads(full), PRODUCT)
+    assert trunc["message"]["content"] == full[: len(full) // 2]
+
+
+# --------------------------------------------------------- until / repair rule
+
+def test_until_and_repair_rule(base):
+    prompt = "[[mock defect=missing_field until=1]] lamp"
+    doc = json.loads(content(call(base, "/v1/chat/completions", openai(prompt))[2]))
+    assert "name" not in doc
+    bad = json.dumps(doc)
+    # attempt 2, feedback does not name the path: same defect again
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai(prompt, history=[bad], last_user="Fix your answer."))[2]))
+    assert "name" not in doc
+    # attempt 2, feedback names /name: valid
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai(prompt, history=[bad], last_user="MISSING_FIELD at /name"))[2]))
+    assert is_valid(doc, PRODUCT)
+    # until=2: attempt 2 is still broken even with good feedback, attempt 3 is fixed
+    prompt2 = "[[mock defect=wrong_type until=2 field=price]]"
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai(prompt2, history=["x"], last_user="/price"))[2]))
+    assert doc["price"] == "not a number"
+    doc = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai(prompt2, history=["x", "y"], last_user="/price"))[2]))
+    assert is_valid(doc, PRODUCT)
+
+
+def test_repair_rule_nested_and_not_json(base):
+    schema = {"type": "object", "required": ["address"], "properties": {
+        "address": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}
+    prompt = "[[mock defect=missing_field field=address/city until=1]]"
+    no = json.loads(content(call(base, "/v1/chat/completions",
+                                 openai(prompt, schema, history=["{}"], last_user="missing /city"))[2]))
+    assert "city" not in no["address"]
+    yes = json.loads(content(call(base, "/v1/chat/completions",
+                                  openai(prompt, schema, history=["{}"], last_user="missing /address/city"))[2]))
+    assert is_valid(yes, schema)
+
+    prompt = "[[mock defect=not_json until=1]]"
+    st, _, r, _ = call(base, "/v1/chat/completions", openai(prompt, history=["junk"], last_user="/name"))
+    assert content(r) == "Sorry, I cannot produce that right now."
+    st, _, r, _ = call(base, "/v1/chat/completions",
+                       openai(prompt, history=["junk"], last_user="error NOT_JSON: not JSON"))
+    assert is_valid(json.loads(content(r)), PRODUCT)
+    # fenced is simply valid after until, whatever the feedback says
+    _, _, r, _ = call(base, "/v1/chat/completions",
+                      openai("[[mock defect=fenced until=1]]", history=["x"], last_user="again"))
+    assert is_valid(json.loads(content(r)), PRODUCT)
+    # invalid_value moved to another property: the feedback must name that one
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer", "maximum": 9}},
+              "required": ["a", "b"]}
+    prompt = "[[mock defect=invalid_value until=1]]"
+    r = call(base, "/v1/chat/completions", openai(prompt, schema, history=["{}"], last_user="/a"))[2]
+    assert json.loads(content(r))["b"] == 10
+    r = call(base, "/v1/chat/completions", openai(prompt, schema, history=["{}"], last_user="/b"))[2]
+    assert is_valid(json.loads(content(r)), schema)
+
+
+def test_anthropic_attempt_counts_assistant_messages(base):
+    system = "JSON Schema: " + json.dumps(PRODUCT)
+    prompt = "[[mock defect=extra_field until=1]]"
+    r = call(base, "/v1/messages", anthropic(prompt, system=system, history=["{}"], last_user="nope"))[2]
+    assert "unexpected_field" in json.loads(r["content"][0]["text"])
+    r = call(base, "/v1/messages",
+             anthropic(prompt, system=system, history=["{}"], last_user="/unexpected_field is not allowed"))[2]
+    assert is_valid(json.loads(r["content"][0]["text"]), PRODUCT)
+
+
+# ------------------------------------------------------ latency, http, hang
+
+def test_latency(base):
+    st, _, _, dt = call(base, "/v1/chat/completions", openai("[[mock latency_ms=300]]"))
+    assert st == 200 and dt >= 0.3
+
+
+def test_http_error_times_then_success(base):
+    hdrs = {"X-Retort-Job-Id": "job-429", "X-Retort-Attempt": "1"}
+    body = openai("[[mock http=429 times=1 retry_after=2 retry_after_ms=150]]")
+    st, h, r, _ = call(base, "/v1/chat/completions", body, hdrs)
+    assert st == 429
+    assert r["error"]["code"] == "rate_limit_exceeded" and r["error"]["message"]
+    assert h["Retry-After"] == "2" and h["retry-after-ms"] == "150"
+    st, h, r, _ = call(base, "/v1/chat/completions", body, hdrs)
+    assert st == 200 and is_valid(json.loads(content(r)), PRODUCT) and h.get("Retry-After") is None
+    # a new attempt number starts a new count
+    st, _, _, _ = call(base, "/v1/chat/completions", body, {**hdrs, "X-Retort-Attempt": "2"})
+    assert st == 429
+    # without the headers the prompt + attempt is the key
+    body = openai("[[mock http=503 times=2]] headerless")
+    assert [call(base, "/v1/chat/completions", body)[0] for _ in range(3)] == [503, 503, 200]
+    st, _, r, _ = call(base, "/v1/chat/completions", openai("[[mock http=400]]"))
+    assert st == 400 and r["error"]["code"] == "context_length_exceeded"
+    st, _, r, _ = call(base, "/v1/messages", anthropic("[[mock http=429]]"))
+    assert st == 429 and r["error"]["type"] == "rate_limit_error"
+
+
+def test_hang_times_out_client(base):
+    t0 = time.monotonic()
+    with pytest.raises((socket.timeout, TimeoutError, urllib.error.URLError)):
+        call(base, "/v1/chat/completions", openai("[[mock hang=1]]"), timeout=1)
+    assert time.monotonic() - t0 >= 1
+    assert call(base, "/healthz")[2] == "ok"
+
+
+def test_stats_count_by_job_and_attempt(base):
+    assert call(base, "/stats/reset", b"", method="POST")[0] == 200
+    for job, attempt in [("j1", "1"), ("j1", "1"), ("j1", "2"), ("j2", "1")]:
+        call(base, "/v1/chat/completions", openai("s"), {"X-Retort-Job-Id": job, "X-Retort-Attempt": attempt})
+    call(base, "/v1/chat/completions", openai("[[mock http=500]]"))  # no headers: not in calls
+    st, _, s, _ = call(base, "/stats")
+    assert st == 200
+    assert s["calls"] == {"j1:1": 2, "j1:2": 1, "j2:1": 1}
+    assert s["requests"] == 5 and s["by_status"] == {"200": 4, "500": 1}
+    assert s["cpu_user_s"] >= 0 and s["cpu_sys_s"] >= 0
+    call(base, "/stats/reset", b"", method="POST")
+    s = call(base, "/stats")[2]
+    assert s["requests"] == 0 and s["calls"] == {} and s["by_status"] == {}
+
+
+def test_bad_requests(base):
+    assert call(base, "/v1/nothing", openai("x"))[0] == 404
+    st, _, r, _ = call(base, "/v1/chat/completions", b"{not json")
+    assert st == 400 and r["error"]["type"] == "invalid_request_error"
+    st, _, r, _ = call(base, "/v1/chat/completions", openai("[[mock defect=bogus]]"))
+    assert st == 400 and "defect" in r["error"]["message"]
+    big = b'{"messages": [], "pad": "' + b"x" * (9 << 20) + b'"}'
+    assert call(base, "/v1/chat/completions", big, timeout=30)[0] == 413
+
+
+def test_concurrent_requests_with_latency(base):
+    def one(i):
+        return call(base, "/v1/chat/completions", openai(f"[[mock latency_ms=500]] c{i}"), timeout=20)
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=100) as ex:
+        results = list(ex.map(one, range(100)))
+    total = time.monotonic() - t0
+    assert all(r[0] == 200 for r in results)
+    assert all(r[3] >= 0.5 for r in results)
+    assert all(is_valid(json.loads(content(r[2])), PRODUCT) for r in results)
+    assert total < 10  # 100 x 0.5 s one after the other would take 50 s
+
+
+def test_api_key_checked():
+    proc, url = start_mock("--api-key", "sekret")
+    try:
+        assert call(url, "/v1/chat/completions", openai("x"))[0] == 401
+        st, _, r, _ = call(url, "/v1/chat/completions", openai("x"), {"Authorization": "Bearer wrong"})
+        assert st == 401 and r["error"]["code"] == "invalid_api_key"
+        assert call(url, "/v1/chat/completions", openai("x"), {"Authorization": "Bearer sekret"})[0] == 200
+        st, _, r, _ = call(url, "/v1/messages", anthropic("x"), {"x-api-key": "nope"})
+        assert st == 401 and r["error"]["type"] == "authentication_error"
+        assert call(url, "/v1/messages", anthropic("x"), {"x-api-key": "sekret"})[0] == 200
+    finally:
+        stop_mock(proc)
+
+
+def test_clean_exit_with_pending_requests():
+    proc, url = start_mock("--latency-ms", "5000")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as ex:
+        futs = [ex.submit(call, url, "/v1/chat/completions", openai(f"p{i}"), None, 20) for i in range(4)]
+        futs.append(ex.submit(call, url, "/v1/chat/completions", openai("[[mock hang=1]]"), None, 20))
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        stop_mock(proc)
+        assert time.monotonic() - t0 < 5
+        for f in futs:
+            try:
+                f.result()
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass

@@ -1,0 +1,614 @@
+/* test_schema.c - unit tests for common/schema.c (cmocka). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "schema.h"
+
+static schema *compile_text(const char *text, const schema_options *opts)
+{
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    char err[256];
+    schema *s = schema_compile(NULL, doc, opts, err, sizeof err);
+    if (!s)
+        fail_msg("compile failed: %s", err);
+    cJSON_Delete(doc);
+    return s;
+}
+
+/* Validates text; returns the result and fills v. */
+static int check(const schema *s, const char *text, schema_violations *v)
+{
+    cJSON *inst = cJSON_Parse(text);
+    assert_non_null(inst);
+    int fast = schema_validate(s, inst, NULL);
+    int r = schema_validate(s, inst, v);
+    cJSON_Delete(inst);
+    assert_int_equal(fast, r); /* both modes must agree */
+    return r;
+}
+
+static const schema_violation *find_code(const schema_violations *v, const char *code,
+                                         const char *path)
+{
+    for (size_t i = 0; i < v->count; i++)
+        if (strcmp(v->items[i].code, code) == 0 && strcmp(v->items[i].path, path) == 0)
+            return &v->items[i];
+    return NULL;
+}
+
+static void test_types_and_paths(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"type\":\"object\",\"properties\":{"
+                             "\"user\":{\"type\":\"object\",\"properties\":{"
+                             "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}}}}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"user\":{\"age\":3,\"tags\":[\"a\"]}}", &v), 0);
+    assert_int_equal(v.count, 0);
+    /* 3.0 is an integer (cJSON numbers are doubles) */
+    assert_int_equal(check(s, "{\"user\":{\"age\":3.0}}", &v), 0);
+
+    assert_int_equal(check(s, "{\"user\":{\"age\":3.5,\"tags\":[\"a\",7]}}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_int_equal(v.total, 2);
+    const schema_violation *a = &v.items[0];
+    assert_string_equal(a->code, SCHEMA_WRONG_TYPE);
+    assert_string_equal(a->path, "/user/age");
+    assert_string_equal(a->keyword_location, "/properties/user/properties/age/type");
+    assert_string_equal(a->message, "expected integer, got number");
+    assert_string_equal(a->expected, "\"integer\"");
+    assert_string_equal(a->actual, "3.5");
+    const schema_violation *b = &v.items[1];
+    assert_string_equal(b->path, "/user/tags/1");
+    assert_string_equal(b->keyword_location, "/properties/user/properties/tags/items/type");
+    assert_string_equal(b->message, "expected string, got integer");
+    schema_violations_clear(&v);
+    assert_null(v.items);
+    assert_int_equal(v.count, 0);
+    schema_free(s);
+}
+
+static void test_required_and_additional(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"type\":\"object\",\"required\":[\"id\",\"name\"],"
+                             "\"properties\":{\"id\":{\"type\":\"string\"},\"name\":{}},"
+                             "\"additionalProperties\":false}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"id\":\"x\",\"name\":1}", &v), 0);
+    assert_int_equal(check(s, "{\"id\":\"x\",\"extra/x\":true}", &v), 1);
+    assert_int_equal(v.count, 2);
+    const schema_violation *m = find_code(&v, SCHEMA_MISSING_FIELD, "");
+    assert_non_null(m);
+    assert_string_equal(m->keyword_location, "/required");
+    assert_string_equal(m->message, "missing required property \"name\"");
+    assert_string_equal(m->expected, "\"name\"");
+    /* the JSON Pointer escapes '/' as ~1 */
+    const schema_violation *u = find_code(&v, SCHEMA_UNEXPECTED_FIELD, "/extra~1x");
+    assert_non_null(u);
+    assert_string_equal(u->keyword_location, "/additionalProperties");
+    assert_non_null(strstr(u->message, "\"extra/x\" is not allowed"));
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_pattern_properties(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"patternProperties\":{\"^x-\":{\"type\":\"string\"}},"
+                             "\"additionalProperties\":{\"type\":\"number\"}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"x-a\":\"s\",\"b\":1}", &v), 0);
+    assert_int_equal(check(s, "{\"x-a\":1,\"b\":\"s\"}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_string_equal(v.items[0].path, "/x-a");
+    assert_string_equal(v.items[0].keyword_location, "/patternProperties/^x-/type");
+    assert_string_equal(v.items[1].path, "/b");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_enum_const_equality(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"properties\":{\"a\":{\"enum\":[1,\"x\",{\"k\":[1,2]}]},"
+                             "\"b\":{\"const\":{\"p\":1,\"q\":[true,null]}}}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"a\":1.0}", &v), 0);
+    assert_int_equal(check(s, "{\"a\":{\"k\":[1.0,2]}}", &v), 0);
+    assert_int_equal(check(s, "{\"b\":{\"q\":[true,null],\"p\":1.0}}", &v), 0);
+    assert_int_equal(check(s, "{\"a\":true}", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].code, SCHEMA_ENUM_MISMATCH);
+    assert_string_equal(v.items[0].expected, "[1,\"x\",{\"k\":[1,2]}]");
+    assert_string_equal(v.items[0].actual, "true");
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "{\"b\":{\"p\":1}}", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_CONST_MISMATCH);
+    assert_string_equal(v.items[0].path, "/b");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_numbers(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"type\":\"number\",\"minimum\":0,\"exclusiveMaximum\":10,"
+                             "\"multipleOf\":0.01}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "0", &v), 0);
+    assert_int_equal(check(s, "9.99", &v), 0);
+    assert_int_equal(check(s, "0.07", &v), 0); /* 0.07/0.01 is not exact in binary */
+    assert_int_equal(check(s, "10", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_OUT_OF_RANGE);
+    assert_string_equal(v.items[0].keyword_location, "/exclusiveMaximum");
+    assert_string_equal(v.items[0].message, "value 10 must be less than 10");
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "-0.5", &v), 1);
+    assert_string_equal(v.items[0].message, "value -0.5 is less than the minimum 0");
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "0.001", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_NOT_MULTIPLE);
+    assert_string_equal(v.items[0].expected, "0.01");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_string_lengths_code_points(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"minLength\":2,\"maxLength\":3}", NULL);
+    schema_violations v = { 0 };
+    /* 3 code points, 7 bytes */
+    assert_int_equal(check(s, "\"h\\u00e9\\ud83d\\ude00\"", &v), 0);
+    assert_int_equal(check(s, "\"\\ud83d\\ude00\"", &v), 1); /* one code point */
+    assert_string_equal(v.items[0].code, SCHEMA_TOO_SHORT);
+    assert_non_null(strstr(v.items[0].message, "1 characters long"));
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "\"abcd\"", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_TOO_LONG);
+    schema_violations_clear(&v);
+
+    /* cJSON does not check UTF-8: an invalid string is reported */
+    cJSON *bad = cJSON_CreateString("a\xff\xfe");
+    assert_int_equal(schema_validate(s, bad, &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_INVALID_VALUE);
+    assert_non_null(strstr(v.items[0].message, "UTF-8"));
+    schema_violations_clear(&v);
+    cJSON_Delete(bad);
+    schema_free(s);
+}
+
+static void test_pattern_ecma(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"properties\":{\"d\":{\"pattern\":\"^\\\\d+$\"},"
+                             "\"w\":{\"pattern\":\"^\\\\w+$\"},\"s\":{\"pattern\":\"^\\\\s$\"},"
+                             "\"e\":{\"pattern\":\"^abc$\"}}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"d\":\"123\",\"w\":\"a_1\",\"s\":\"\\u00a0\",\"e\":\"abc\"}", &v), 0);
+    /* ECMA \d is ASCII only: Arabic-Indic digits do not match */
+    assert_int_equal(check(s, "{\"d\":\"\\u0661\"}", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_PATTERN_MISMATCH);
+    assert_string_equal(v.items[0].expected, "\"^\\\\d+$\"");
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "{\"w\":\"\\u00e9\"}", &v), 1);
+    schema_violations_clear(&v);
+    /* '$' does not match before a final newline */
+    assert_int_equal(check(s, "{\"e\":\"abc\\n\"}", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_local_refs(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"$defs\":{\"pos\":{\"type\":\"integer\",\"minimum\":1},"
+                             "\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"$ref\":\"#/$defs/pos\"},"
+                             "\"next\":{\"$ref\":\"#/$defs/node\"}}}},"
+                             "\"definitions\":{\"s\":{\"type\":\"string\"}},"
+                             "\"properties\":{\"list\":{\"$ref\":\"#/$defs/node\"},\"name\":{\"$ref\":\"#/definitions/s\"}}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"list\":{\"v\":1,\"next\":{\"v\":2,\"next\":{\"v\":3}}},\"name\":\"n\"}", &v), 0);
+    assert_int_equal(check(s, "{\"list\":{\"v\":1,\"next\":{\"v\":0}},\"name\":5}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_string_equal(v.items[0].path, "/list/next/v");
+    assert_string_equal(v.items[0].keyword_location, "/$defs/pos/minimum");
+    assert_string_equal(v.items[1].path, "/name");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_anyof_closest_branch(void **state)
+{
+    (void)state;
+    /* a discriminated union: the branch whose "kind" const matches is the
+     * one to report, even though another branch has fewer errors */
+    schema *s = compile_text(
+        "{\"anyOf\":["
+        "{\"type\":\"object\",\"required\":[\"kind\"],\"properties\":{\"kind\":{\"const\":\"circle\"},\"r\":{\"type\":\"number\"}}},"
+        "{\"type\":\"object\",\"required\":[\"kind\",\"w\",\"h\"],\"properties\":{\"kind\":{\"const\":\"rect\"},"
+        "\"w\":{\"type\":\"number\"},\"h\":{\"type\":\"number\"}}}]}",
+        NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"kind\":\"rect\",\"w\":1,\"h\":2}", &v), 0);
+    assert_int_equal(check(s, "{\"kind\":\"rect\",\"w\":\"wide\",\"h\":\"tall\"}", &v), 1);
+    assert_int_equal(v.count, 3);
+    assert_string_equal(v.items[0].code, SCHEMA_NO_MATCH);
+    assert_string_equal(v.items[0].keyword_location, "/anyOf");
+    assert_non_null(strstr(v.items[0].message, "closest is #1"));
+    assert_string_equal(v.items[1].path, "/w");
+    assert_string_equal(v.items[1].keyword_location, "/anyOf/1/properties/w/type");
+    assert_string_equal(v.items[2].path, "/h");
+    schema_violations_clear(&v);
+
+    /* no discriminator matches: fewest violations wins */
+    assert_int_equal(check(s, "{\"kind\":\"circle\",\"r\":\"big\"}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_non_null(strstr(v.items[0].message, "closest is #0"));
+    assert_string_equal(v.items[1].path, "/r");
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    /* every branch fails on its type: one merged WRONG_TYPE */
+    s = compile_text("{\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}}}", NULL);
+    assert_int_equal(check(s, "{\"x\":5}", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].code, SCHEMA_WRONG_TYPE);
+    assert_string_equal(v.items[0].path, "/x");
+    assert_string_equal(v.items[0].message, "expected string or null, got integer");
+    assert_string_equal(v.items[0].expected, "[\"string\",\"null\"]");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_oneof(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"oneOf\":[{\"type\":\"integer\"},{\"minimum\":2}]}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "1", &v), 0);
+    assert_int_equal(check(s, "2.5", &v), 0);
+    assert_int_equal(check(s, "3", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].code, SCHEMA_NO_MATCH);
+    assert_string_equal(v.items[0].keyword_location, "/oneOf");
+    assert_non_null(strstr(v.items[0].message, "more than one"));
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "1.5", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    /* oneOf of constants: one ENUM_MISMATCH listing the choices */
+    s = compile_text("{\"oneOf\":[{\"const\":\"a\"},{\"const\":\"b\"},{\"enum\":[\"c\",\"d\"]}]}", NULL);
+    assert_int_equal(check(s, "\"z\"", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].code, SCHEMA_ENUM_MISMATCH);
+    assert_string_equal(v.items[0].expected, "[\"a\",\"b\",\"c\",\"d\"]");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_cap_and_order(void **state)
+{
+    (void)state;
+    schema_options o = { SCHEMA_DRAFT_2020_12, 0, 3 };
+    schema *s = compile_text("{\"items\":{\"type\":\"string\"}}", &o);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "[1,2,\"ok\",4,5,6]", &v), 1);
+    assert_int_equal(v.count, 3);
+    assert_int_equal(v.total, 5);
+    assert_string_equal(v.items[0].path, "/0");
+    assert_string_equal(v.items[1].path, "/1");
+    assert_string_equal(v.items[2].path, "/3");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_to_json(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"properties\":{\"a\":{\"enum\":[\"x\",\"y\"]}},\"required\":[\"b\"]}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"a\":\"z\"}", &v), 1);
+    cJSON *j = schema_violations_to_json(&v);
+    assert_true(cJSON_IsArray(j));
+    assert_int_equal(cJSON_GetArraySize(j), 2);
+    const cJSON *first = cJSON_GetArrayItem(j, 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "path")), "/a");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "keyword")), "/properties/a/enum");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "code")), "ENUM_MISMATCH");
+    assert_true(cJSON_IsArray(cJSON_GetObjectItem(first, "expected")));
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(first, "actual")), "z");
+    const cJSON *second = cJSON_GetArrayItem(j, 1);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(second, "code")), "MISSING_FIELD");
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(second, "actual")));
+    cJSON_Delete(j);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_actual_truncated(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"type\":\"string\"}", NULL);
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < 500; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(i));
+    schema_violations v = { 0 };
+    assert_int_equal(schema_validate(s, arr, &v), 1);
+    size_t n = strlen(v.items[0].actual);
+    assert_true(n <= 210);
+    assert_true(n > 100);
+    assert_string_equal(v.items[0].actual + n - 3, "...");
+    schema_violations_clear(&v);
+    cJSON_Delete(arr);
+    schema_free(s);
+}
+
+static void test_compile_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *schema, *needle;
+    } cases[] = {
+        { "{\"properties\":{\"a\":{\"minLength\":-1}}}", "/properties/a/minLength" },
+        { "{\"properties\":{\"a\":{\"pattern\":\"(\"}}}", "/properties/a/pattern" },
+        { "{\"items\":{\"$ref\":\"#/$defs/missing\"}}", "/items/$ref" },
+        { "{\"type\":\"strnig\"}", "/type" },
+        { "{\"allOf\":[]}", "/allOf" },
+        { "{\"$ref\":\"http://example.com/nowhere.json\"}", "nowhere" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *doc = cJSON_Parse(cases[i].schema);
+        char err[256] = "";
+        schema *s = schema_compile(NULL, doc, NULL, err, sizeof err);
+        if (s)
+            fail_msg("schema %s compiled", cases[i].schema);
+        if (!strstr(err, cases[i].needle))
+            fail_msg("error for %s lacks %s: %s", cases[i].schema, cases[i].needle, err);
+        cJSON_Delete(doc);
+    }
+}
+
+static void test_registry_remote_ref(void **state)
+{
+    (void)state;
+    schema_registry *reg = schema_registry_new();
+    cJSON *remote = cJSON_Parse("{\"$defs\":{\"id\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\"}},"
+                                "\"$id\":\"https://example.com/common.json\"}");
+    char err[256];
+    assert_int_equal(schema_registry_add(reg, "https://example.com/common.json", remote, err, sizeof err), 0);
+    cJSON_Delete(remote); /* the registry keeps its own copy */
+    cJSON *doc = cJSON_Parse("{\"properties\":{\"id\":{\"$ref\":\"https://example.com/common.json#/$defs/id\"}}}");
+    schema *s = schema_compile(reg, doc, NULL, err, sizeof err);
+    assert_non_null(s);
+    cJSON_Delete(doc);
+    schema_registry_free(reg); /* the compiled schema does not need it */
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"id\":\"abc\"}", &v), 0);
+    assert_int_equal(check(s, "{\"id\":\"ABC\"}", &v), 1);
+    assert_string_equal(v.items[0].keyword_location,
+                        "https://example.com/common.json#/$defs/id/pattern");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_metaschema_ref(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"$ref\":\"https://json-schema.org/draft/2020-12/schema\"}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"type\":\"object\",\"properties\":{\"a\":{\"minLength\":1}}}", &v), 0);
+    assert_int_equal(check(s, "{\"properties\":{\"a\":{\"minLength\":-1}}}", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+    s = compile_text("{\"$ref\":\"http://json-schema.org/draft-07/schema#\"}", NULL);
+    assert_int_equal(check(s, "{\"type\":[\"string\",\"bogus\"]}", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_draft7_ref_siblings(void **state)
+{
+    (void)state;
+    const char *text = "{\"definitions\":{\"s\":{\"type\":\"string\"}},"
+                       "\"properties\":{\"a\":{\"$ref\":\"#/definitions/s\",\"maxLength\":2}}}";
+    schema_options d7 = { SCHEMA_DRAFT_7, 0, 0 };
+    schema *s7 = compile_text(text, &d7);
+    schema *s20 = compile_text(text, NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s7, "{\"a\":\"long\"}", &v), 0); /* maxLength ignored */
+    assert_int_equal(check(s20, "{\"a\":\"long\"}", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s7);
+    schema_free(s20);
+}
+
+static void test_unevaluated(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"allOf\":[{\"properties\":{\"a\":true}}],"
+                             "\"anyOf\":[{\"properties\":{\"b\":true}},{\"properties\":{\"c\":true}}],"
+                             "\"unevaluatedProperties\":false}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"a\":1,\"b\":2,\"c\":3}", &v), 0);
+    assert_int_equal(check(s, "{\"a\":1,\"d\":4}", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].code, SCHEMA_UNEXPECTED_FIELD);
+    assert_string_equal(v.items[0].path, "/d");
+    assert_string_equal(v.items[0].keyword_location, "/unevaluatedProperties");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_format_assertion(void **state)
+{
+    (void)state;
+    const char *text = "{\"properties\":{\"when\":{\"format\":\"date-time\"},\"ip\":{\"format\":\"ipv4\"},"
+                       "\"mail\":{\"format\":\"email\"},\"id\":{\"format\":\"uuid\"}}}";
+    schema_options on = { SCHEMA_DRAFT_2020_12, 1, 0 };
+    schema *annot = compile_text(text, NULL);
+    schema *assert_ = compile_text(text, &on);
+    const char *bad = "{\"when\":\"2024-02-30T10:00:00Z\",\"ip\":\"256.1.1.1\",\"mail\":\"no-at\","
+                      "\"id\":\"1234\"}";
+    const char *good = "{\"when\":\"2024-02-29T23:59:60Z\",\"ip\":\"10.0.0.1\",\"mail\":\"a.b@example.com\","
+                       "\"id\":\"123e4567-e89b-12d3-a456-426614174000\"}";
+    schema_violations v = { 0 };
+    assert_int_equal(check(annot, bad, &v), 0); /* annotation only by default */
+    assert_int_equal(check(assert_, good, &v), 0);
+    assert_int_equal(check(assert_, bad, &v), 1);
+    assert_int_equal(v.count, 4);
+    for (size_t i = 0; i < v.count; i++)
+        assert_string_equal(v.items[i].code, SCHEMA_FORMAT_MISMATCH);
+    assert_string_equal(v.items[0].path, "/when");
+    assert_string_equal(v.items[0].message, "string is not a valid date-time");
+    assert_string_equal(v.items[1].expected, "\"ipv4\"");
+    schema_violations_clear(&v);
+    schema_free(annot);
+    schema_free(assert_);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_regex_limit(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"pattern\":\"^(a+)+$\"}", NULL);
+    cJSON *inst = cJSON_CreateString("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!");
+    schema_violations v = { 0 };
+    double t0 = now_s();
+    int r = schema_validate(s, inst, &v);
+    double dt = now_s() - t0;
+    assert_true(dt < 2.0);
+    if (r == -1) {
+        assert_int_equal(v.count, 1);
+        assert_string_equal(v.items[0].code, SCHEMA_LIMIT_EXCEEDED);
+        assert_non_null(strstr(v.items[0].message, "match limit"));
+    } else {
+        /* if PCRE2 optimised the backtracking away, the answer is right */
+        assert_int_equal(r, 1);
+        assert_string_equal(v.items[0].code, SCHEMA_PATTERN_MISMATCH);
+    }
+    schema_violations_clear(&v);
+    cJSON_Delete(inst);
+    schema_free(s);
+
+    /* a nested-quantifier pattern PCRE2 cannot optimise: must hit the limit */
+    s = compile_text("{\"pattern\":\"^(\\\\w+\\\\s?)*$\"}", NULL);
+    inst = cJSON_CreateString("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!");
+    t0 = now_s();
+    r = schema_validate(s, inst, &v);
+    assert_true(now_s() - t0 < 2.0);
+    assert_int_equal(r, -1);
+    assert_string_equal(v.items[0].code, SCHEMA_LIMIT_EXCEEDED);
+    assert_int_equal(schema_validate(s, inst, NULL), -1);
+    schema_violations_clear(&v);
+    cJSON_Delete(inst);
+    schema_free(s);
+}
+
+static void test_depth_limit(void **state)
+{
+    (void)state;
+    /* {"$ref":"#"} recurses on the same instance forever */
+    schema *s = compile_text("{\"$ref\":\"#\"}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "1", &v), -1);
+    assert_string_equal(v.items[0].code, SCHEMA_LIMIT_EXCEEDED);
+    assert_non_null(strstr(v.items[0].message, "depth"));
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+typedef struct thread_arg {
+    const schema *s;
+    int failures;
+} thread_arg;
+
+static void *validate_many(void *p)
+{
+    thread_arg *a = p;
+    cJSON *good = cJSON_Parse("{\"name\":\"abc\",\"n\":[1,2,3]}");
+    cJSON *bad = cJSON_Parse("{\"name\":\"ABC\",\"n\":[1,\"x\"]}");
+    for (int i = 0; i < 2000; i++) {
+        schema_violations v = { 0 };
+        if (schema_validate(a->s, good, NULL) != 0)
+            a->failures++;
+        if (schema_validate(a->s, bad, &v) != 1 || v.count != 2)
+            a->failures++;
+        schema_violations_clear(&v);
+    }
+    cJSON_Delete(good);
+    cJSON_Delete(bad);
+    return NULL;
+}
+
+static void test_concurrency(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"type\":\"object\",\"properties\":{\"name\":{\"pattern\":\"^[a-z]+$\"},"
+                             "\"n\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}}",
+                             NULL);
+    pthread_t t[2];
+    thread_arg args[2] = { { s, 0 }, { s, 0 } };
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, validate_many, &args[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(args[0].failures, 0);
+    assert_int_equal(args[1].failures, 0);
+    schema_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_types_and_paths),
+        cmocka_unit_test(test_required_and_additional),
+        cmocka_unit_test(test_pattern_properties),
+        cmocka_unit_test(test_enum_const_equality),
+        cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_string_lengths_code_points),
+        cmocka_unit_test(test_pattern_ecma),
+        cmocka_unit_test(test_local_refs),
+        cmocka_unit_test(test_anyof_closest_branch),
+        cmocka_unit_test(test_oneof),
+        cmocka_unit_test(test_cap_and_order),
+        cmocka_unit_test(test_to_json),
+        cmocka_unit_test(test_actual_truncated),
+        cmocka_unit_test(test_compile_errors),
+        cmocka_unit_test(test_registry_remote_ref),
+        cmocka_unit_test(test_metaschema_ref),
+        cmocka_unit_test(test_draft7_ref_siblings),
+        cmocka_unit_test(test_unevaluated),
+        cmocka_unit_test(test_format_assertion),
+        cmocka_unit_test(test_regex_limit),
+        cmocka_unit_test(test_depth_limit),
+        cmocka_unit_test(test_concurrency),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
