@@ -615,7 +615,7 @@ enum kw_id {
     K_PROPS, K_REQUIRED, K_DEP_REQUIRED, K_DEP_SCHEMAS, K_PROPERTY_NAMES,
     K_MAX_PROPS, K_MIN_PROPS,
     K_ALL_OF, K_ANY_OF, K_ONE_OF, K_NOT, K_IF,
-    K_UNEVAL_ITEMS, K_UNEVAL_PROPS,
+    K_UNEVAL_ITEMS, K_UNEVAL_PROPS, K_CONTENT,
     K__COUNT
 };
 
@@ -667,6 +667,7 @@ struct node {
     uint8_t uneval;
     uint8_t unique;
     uint8_t fmt;
+    uint8_t content_b64, content_json;
     uint8_t norder;
     uint8_t order[K__COUNT];
     const char *type_text, *enum_text, *const_text, *pattern_text;
@@ -914,11 +915,8 @@ static int load_dir_rec(schema_registry *reg, const char *dir, const char *base_
         }
         cJSON *doc = cJSON_ParseWithLength(text, len);
         free(text);
-        if (!doc) {
-            snprintf(err, errlen, "%s: not valid JSON", full);
-            rc = -1;
-            break;
-        }
+        if (!doc)
+            continue; /* not JSON, so not a schema: a $ref to it fails later */
         char uri[8192];
         snprintf(uri, sizeof uri, "%s%s", base_uri, relp);
         rc = schema_registry_add(reg, uri, doc, err, errlen);
@@ -1721,6 +1719,9 @@ static const kwdef KWDEFS[] = {
     { "if", V_APPLICATOR, DR_ALL },
     { "unevaluatedItems", V_UNEVAL, DR_NEW },
     { "unevaluatedProperties", V_UNEVAL, DR_NEW },
+    /* draft-07 lets content keywords assert; 2020-12 makes them annotations */
+    { "contentEncoding", V_CONTENT, 1 << D7 },
+    { "contentMediaType", V_CONTENT, 1 << D7 },
 };
 
 static int kw_enabled(const char *name, dialect d)
@@ -2022,6 +2023,19 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             if (e)
                 n->else_ = compile_child(c, ci, e, ptr_join(c, P, "else"));
             add_order(n, K_IF);
+        } else if (strcmp(k, "contentEncoding") == 0 || strcmp(k, "contentMediaType") == 0) {
+            if (!cJSON_IsString(v)) {
+                cfail(c, "%s/%s: must be a string", P, k);
+                break;
+            }
+            if (strcmp(k, "contentEncoding") == 0 && strcmp(v->valuestring, "base64") == 0)
+                n->content_b64 = 1;
+            else if (strcmp(k, "contentMediaType") == 0 &&
+                     strncmp(v->valuestring, "application/json", 16) == 0)
+                n->content_json = 1;
+            else
+                continue;
+            add_order(n, K_CONTENT);
         } else if (strcmp(k, "unevaluatedItems") == 0) {
             n->uneval_items = compile_child(c, ci, v, ptr_join(c, P, k));
             n->uneval |= UE_ITEMS;
@@ -2145,6 +2159,12 @@ void schema_free(schema *s)
 schema *schema_compile(schema_registry *reg, const cJSON *doc, const schema_options *opts,
                        char *err, size_t errlen)
 {
+    return schema_compile_base(reg, doc, NULL, opts, err, errlen);
+}
+
+schema *schema_compile_base(schema_registry *reg, const cJSON *doc, const char *base_uri,
+                            const schema_options *opts, char *err, size_t errlen)
+{
     cctx c;
     memset(&c, 0, sizeof c);
     c.reg = reg;
@@ -2164,8 +2184,15 @@ schema *schema_compile(schema_registry *reg, const cJSON *doc, const schema_opti
     }
     c.s->max_violations = opts && opts->max_violations ? opts->max_violations : DEFAULT_MAX_VIOLATIONS;
     dialect d = { (opts && opts->default_draft == SCHEMA_DRAFT_7) ? D7 : D2020, V_ALL };
-    const char *base = DEFAULT_BASE_URI;
+    char *base = schema_uri_resolve(base_uri ? base_uri : DEFAULT_BASE_URI, "");
+    if (!base) {
+        cfail(&c, "out of memory");
+        schema_free(c.s);
+        return NULL;
+    }
+    base[schema_uri_base_len(base)] = '\0';
     cres *r = new_res(&c, base);
+    free(base);
     if (r && index_node(&c, doc, r, d, "", 1, 0) == 0) {
         const cinfo *ci = pmap_get(&c.infos, doc);
         if (!ci)
@@ -2554,15 +2581,15 @@ static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
         if ((uint64_t)cps >= n->min_length)
             return 1;
         return report(c, n, "minLength", SCHEMA_TOO_SHORT, inst, num_text((double)n->min_length),
-                      "string is %lld characters long, shorter than the minimum length %llu", cps,
-                      (unsigned long long)n->min_length);
+                      "string has %lld character%s, fewer than the minimum length %llu", cps,
+                      cps == 1 ? "" : "s", (unsigned long long)n->min_length);
     case K_MAX_LENGTH:
         if (!string_info(c, inst, &len, &cps))
             return bad_utf8(c, n, "maxLength", inst);
         if ((uint64_t)cps <= n->max_length)
             return 1;
         return report(c, n, "maxLength", SCHEMA_TOO_LONG, inst, num_text((double)n->max_length),
-                      "string is %lld characters long, longer than the maximum length %llu", cps,
+                      "string has %lld characters, more than the maximum length %llu", cps,
                       (unsigned long long)n->max_length);
     case K_PATTERN: {
         if (!string_info(c, inst, &len, &cps))
@@ -2586,6 +2613,79 @@ static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
                       schema_format_name(n->fmt));
     }
     }
+}
+
+static int b64_val(int ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+/* RFC 4648 base64 (padding optional); decoded bytes in *out (malloc). */
+static int b64_decode(const char *s, size_t n, char **out, size_t *outlen)
+{
+    while (n > 0 && s[n - 1] == '=')
+        n--;
+    if (n % 4 == 1)
+        return -1;
+    char *buf = malloc(n * 3 / 4 + 4);
+    if (!buf)
+        return -1;
+    size_t o = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64_val((unsigned char)s[i]);
+        if (v < 0) {
+            free(buf);
+            return -1;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            buf[o++] = (char)((acc >> bits) & 0xFF);
+        }
+    }
+    buf[o] = '\0';
+    *out = buf;
+    *outlen = o;
+    return 0;
+}
+
+static int kw_content(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!cJSON_IsString(inst))
+        return 1;
+    const char *text = inst->valuestring;
+    size_t len = strlen(text);
+    char *dec = NULL;
+    if (n->content_b64) {
+        if (b64_decode(text, len, &dec, &len) < 0)
+            return report(c, n, "contentEncoding", SCHEMA_INVALID_VALUE, inst, json_string_text("base64"),
+                          "string is not valid base64");
+        text = dec;
+    }
+    int ok = 1;
+    if (n->content_json) {
+        cJSON *doc = cJSON_ParseWithLength(text, len);
+        ok = doc != NULL;
+        cJSON_Delete(doc);
+    }
+    free(dec);
+    if (ok)
+        return 1;
+    return report(c, n, "contentMediaType", SCHEMA_INVALID_VALUE, inst,
+                  json_string_text("application/json"), "string content is not a valid JSON document");
 }
 
 static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
@@ -2931,7 +3031,7 @@ static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
         uint64_t cnt = json_count(inst);
         if (k == K_MIN_ITEMS && cnt < n->min_items)
             return report(c, n, "minItems", SCHEMA_TOO_FEW_ITEMS, NULL, num_text((double)n->min_items),
-                          "array has %llu items, fewer than the minimum %llu",
+                          "array has %llu item(s), fewer than the minimum %llu",
                           (unsigned long long)cnt, (unsigned long long)n->min_items);
         if (k == K_MAX_ITEMS && cnt > n->max_items)
             return report(c, n, "maxItems", SCHEMA_TOO_MANY_ITEMS, NULL, num_text((double)n->max_items),
@@ -2944,7 +3044,7 @@ static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
     uint64_t cnt = json_count(inst);
     if (k == K_MIN_PROPS && cnt < n->min_props)
         return report(c, n, "minProperties", SCHEMA_TOO_FEW_PROPERTIES, NULL,
-                      num_text((double)n->min_props), "object has %llu properties, fewer than the minimum %llu",
+                      num_text((double)n->min_props), "object has %llu property(ies), fewer than the minimum %llu",
                       (unsigned long long)cnt, (unsigned long long)n->min_props);
     if (k == K_MAX_PROPS && cnt > n->max_props)
         return report(c, n, "maxProperties", SCHEMA_TOO_MANY_PROPERTIES, NULL,
@@ -3385,6 +3485,7 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
         case K_IF: r = kw_if(c, n, inst, use); break;
         case K_UNEVAL_ITEMS:
         case K_UNEVAL_PROPS: r = kw_uneval(c, n, k, inst, tracking ? use : NULL); break;
+        case K_CONTENT: r = kw_content(c, n, inst); break;
         default: r = 1; break;
         }
         if (r < 0) {

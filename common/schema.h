@@ -77,7 +77,7 @@ int schema_registry_add(schema_registry *reg, const char *uri,
                         const cJSON *doc, char *err, size_t errlen);
 
 /* Loads every *.json file below dir (recursively) as base_uri + relative
- * path.  0 = ok. */
+ * path; files that are not JSON are skipped.  0 = ok. */
 int schema_registry_load_dir(schema_registry *reg, const char *dir,
                              const char *base_uri, char *err, size_t errlen);
 
@@ -86,6 +86,13 @@ int schema_registry_load_dir(schema_registry *reg, const char *dir,
 schema *schema_compile(schema_registry *reg, const cJSON *doc,
                        const schema_options *opts, char *err, size_t errlen);
 void schema_free(schema *s); /* accepts NULL */
+
+/* Added: like schema_compile, with base_uri (absolute, e.g. "file:///x/a.json")
+ * as the retrieval URI of doc, against which a root without $id resolves
+ * relative $refs.  base_uri NULL = an internal default. */
+schema *schema_compile_base(schema_registry *reg, const cJSON *doc,
+                            const char *base_uri, const schema_options *opts,
+                            char *err, size_t errlen);
 
 /* Validates instance (borrowed) against s.  Returns 0 when valid, 1 when
  * invalid (out filled), -1 on an internal error (out has one violation with

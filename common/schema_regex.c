@@ -405,7 +405,8 @@ static pcre2_match_data *thread_match_data(void)
     return md;
 }
 
-schema_regex *schema_regex_compile(const char *pattern, int flags, char *err, size_t errlen)
+static schema_regex *regex_compile(const char *pattern, int flags, char *err, size_t errlen,
+                                   int *pcre_error)
 {
     char dummy[8];
     if (!err) {
@@ -427,6 +428,8 @@ schema_regex *schema_regex_compile(const char *pattern, int flags, char *err, si
                                      PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C,
                                      &ec, &off, NULL);
     if (!code) {
+        if (pcre_error)
+            *pcre_error = ec;
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ec, msg, sizeof msg);
         snprintf(err, errlen, "%s", (const char *)msg);
@@ -449,6 +452,11 @@ schema_regex *schema_regex_compile(const char *pattern, int flags, char *err, si
 done:
     free(b.p);
     return re;
+}
+
+schema_regex *schema_regex_compile(const char *pattern, int flags, char *err, size_t errlen)
+{
+    return regex_compile(pattern, flags, err, errlen, NULL);
 }
 
 void schema_regex_free(schema_regex *re)
@@ -483,8 +491,11 @@ const char *schema_regex_source(const schema_regex *re)
 
 int schema_regex_is_valid(const char *pattern)
 {
-    schema_regex *re = schema_regex_compile(pattern, SCHEMA_REGEX_STRICT, NULL, 0);
-    int ok = re != NULL;
+    int ec = 0;
+    schema_regex *re = regex_compile(pattern, SCHEMA_REGEX_STRICT, NULL, 0, &ec);
+    /* ECMA-262 allows variable-width lookbehind; PCRE2 10.42 cannot run
+     * it but the syntax is valid */
+    int ok = re != NULL || ec == PCRE2_ERROR_LOOKBEHIND_NOT_FIXED_LENGTH;
     schema_regex_free(re);
     return ok;
 }

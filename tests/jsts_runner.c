@@ -3,7 +3,7 @@
  * usage: jsts-runner SUITE_DIR [-v] [-k KNOWN_FAILURES]
  *
  * SUITE_DIR holds tests/draft2020-12, tests/draft7 and remotes/ (loaded as
- * http://localhost:1234/).  Required tests are tests/<draft>/*.json;
+ * http://localhost:1234/).  Required tests are the .json files of tests/<draft>;
  * optional/ and optional/format/ (the latter with format assertion on) are
  * reported separately and never fail the run.  Every test is validated
  * twice, without and with a violations list; both answers must agree and an
@@ -177,7 +177,7 @@ static void run_file(schema_registry *reg, const char *path, const char *label,
                 continue;
             }
             local.fail++;
-            char id[1024];
+            char id[2048];
             snprintf(id, sizeof id, "%s|%s|%s", label, gdesc ? gdesc : "", tdesc ? tdesc : "");
             int known = is_known(id);
             if (unknown_fail && !known)

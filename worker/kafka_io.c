@@ -176,6 +176,9 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     rd_kafka_conf_set(cconf, "session.timeout.ms", "10000", NULL, 0);
     rd_kafka_conf_set(cconf, "heartbeat.interval.ms", "1000", NULL, 0);
     rd_kafka_conf_set(cconf, "queued.max.messages.kbytes", "16384", NULL, 0);
+    /* Retry jobs loop back through the topic: a long fetch wait would add
+     * to every retry's latency. */
+    rd_kafka_conf_set(cconf, "fetch.wait.max.ms", "100", NULL, 0);
     conf_ctx cc = {cconf, "consumer.", "producer.", err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &cc);
     if (cc.failed) goto fail;

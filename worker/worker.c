@@ -87,6 +87,7 @@ typedef struct wjob {
     events_headers hdr;
     int ev_attempt;
     int is_dlq;
+    char *msg_key;           /* dead letters keep the original key */
     /* bookkeeping */
     struct wjob *dups;       /* parked messages of the same job id */
     struct wjob *dup_next;
@@ -211,6 +212,7 @@ static void wjob_close_cb(uv_handle_t *h) {
     cJSON_Delete(j->value);
     cJSON_Delete(j->violations);
     free(j->ev_value);
+    free(j->msg_key);
     free(j);
 }
 
@@ -256,7 +258,7 @@ static void produce_outcome(wjob *j) {
         {"content-type", "application/json"},
     };
     char err[512];
-    const char *key = j->job.job_id ? j->job.job_id : NULL;
+    const char *key = j->is_dlq ? j->msg_key : j->job.job_id;
     int rc = kafka_io_produce(w->kio, j->ev_topic, key, j->ev_value, strlen(j->ev_value), hdrs, 7,
                               j, err, sizeof(err));
     if (rc) {
@@ -717,6 +719,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         char subject[320];
         snprintf(subject, sizeof(subject), "%s/%d/%lld", w->t_jobs, msg->partition, (long long)msg->offset);
         j->is_dlq = 1;
+        if (msg->key) j->msg_key = strndup(msg->key, msg->key_len);
         free(j->ev_value);
         j->ev_value = cJSON_PrintUnformatted(ev);
         cJSON_Delete(ev);

@@ -178,7 +178,7 @@ static void test_string_lengths_code_points(void **state)
     assert_int_equal(check(s, "\"h\\u00e9\\ud83d\\ude00\"", &v), 0);
     assert_int_equal(check(s, "\"\\ud83d\\ude00\"", &v), 1); /* one code point */
     assert_string_equal(v.items[0].code, SCHEMA_TOO_SHORT);
-    assert_non_null(strstr(v.items[0].message, "1 characters long"));
+    assert_string_equal(v.items[0].message, "string has 1 character, fewer than the minimum length 2");
     schema_violations_clear(&v);
     assert_int_equal(check(s, "\"abcd\"", &v), 1);
     assert_string_equal(v.items[0].code, SCHEMA_TOO_LONG);

@@ -1,0 +1,213 @@
+/* bench_schema.c - throughput of schema.c on a realistic LLM output schema.
+ *
+ * usage: bench-schema [SECONDS_PER_CASE]   (default 1.0)
+ *
+ * The schema (about 30 properties, nested objects, arrays of objects,
+ * enums, patterns, formats, $refs) and the instances are built in.  Prints
+ * one JSON line:
+ *   {"compile_us":..,"valid_ns":..,"valid_per_s":..,"valid_report_ns":..,
+ *    "invalid_ns":..,"invalid_report_ns":..,"invalid_violations":..,
+ *    "uneval_ns":..}
+ * valid_ns / invalid_ns: schema_validate(..., NULL); *_report_ns: with a
+ * violations list (what the worker does for a repair prompt).
+ */
+#include "schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char SCHEMA[] =
+    "{"
+    "\"$schema\":\"https://json-schema.org/draft/2020-12/schema\","
+    "\"$defs\":{"
+    " \"money\":{\"type\":\"object\",\"required\":[\"amount\",\"currency\"],\"additionalProperties\":false,"
+    "  \"properties\":{\"amount\":{\"type\":\"number\",\"minimum\":0,\"multipleOf\":0.01},"
+    "   \"currency\":{\"enum\":[\"EUR\",\"USD\",\"GBP\",\"JPY\",\"CHF\"]}}},"
+    " \"address\":{\"type\":\"object\",\"required\":[\"street\",\"city\",\"country\"],"
+    "  \"properties\":{\"street\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":200},"
+    "   \"city\":{\"type\":\"string\",\"minLength\":1},\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9A-Z -]{3,10}$\"},"
+    "   \"country\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}},\"additionalProperties\":false},"
+    " \"item\":{\"type\":\"object\",\"required\":[\"sku\",\"name\",\"quantity\",\"price\"],\"additionalProperties\":false,"
+    "  \"properties\":{\"sku\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{4,8}$\"},"
+    "   \"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":120},"
+    "   \"quantity\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":10000},"
+    "   \"price\":{\"$ref\":\"#/$defs/money\"},"
+    "   \"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":30},\"uniqueItems\":true,\"maxItems\":10}}}"
+    "},"
+    "\"type\":\"object\","
+    "\"required\":[\"id\",\"status\",\"customer\",\"items\",\"total\",\"created_at\",\"channel\",\"priority\"],"
+    "\"additionalProperties\":false,"
+    "\"properties\":{"
+    " \"id\":{\"type\":\"string\",\"format\":\"uuid\"},"
+    " \"status\":{\"enum\":[\"new\",\"paid\",\"shipped\",\"delivered\",\"cancelled\",\"refunded\"]},"
+    " \"channel\":{\"enum\":[\"web\",\"app\",\"phone\",\"store\"]},"
+    " \"priority\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":5},"
+    " \"created_at\":{\"type\":\"string\",\"format\":\"date-time\"},"
+    " \"updated_at\":{\"type\":[\"string\",\"null\"],\"format\":\"date-time\"},"
+    " \"customer\":{\"type\":\"object\",\"required\":[\"name\",\"email\"],\"additionalProperties\":false,"
+    "  \"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":100},"
+    "   \"email\":{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"^[^@ ]+@[^@ ]+$\"},"
+    "   \"phone\":{\"type\":\"string\",\"pattern\":\"^\\\\+?[0-9 ()-]{6,20}$\"},"
+    "   \"vip\":{\"type\":\"boolean\"},"
+    "   \"billing\":{\"$ref\":\"#/$defs/address\"},\"shipping\":{\"$ref\":\"#/$defs/address\"}}},"
+    " \"items\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":100,\"items\":{\"$ref\":\"#/$defs/item\"}},"
+    " \"total\":{\"$ref\":\"#/$defs/money\"},"
+    " \"discount\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/money\"}]},"
+    " \"payment\":{\"oneOf\":["
+    "  {\"type\":\"object\",\"required\":[\"method\",\"last4\"],\"properties\":{\"method\":{\"const\":\"card\"},\"last4\":{\"type\":\"string\",\"pattern\":\"^[0-9]{4}$\"}}},"
+    "  {\"type\":\"object\",\"required\":[\"method\",\"iban\"],\"properties\":{\"method\":{\"const\":\"sepa\"},\"iban\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}[0-9]{2}[A-Z0-9]{10,30}$\"}}},"
+    "  {\"type\":\"object\",\"required\":[\"method\"],\"properties\":{\"method\":{\"const\":\"cash\"}}}]},"
+    " \"notes\":{\"type\":\"string\",\"maxLength\":2000},"
+    " \"gift\":{\"type\":\"boolean\"},"
+    " \"gift_message\":{\"type\":\"string\",\"maxLength\":300},"
+    " \"language\":{\"type\":\"string\",\"pattern\":\"^[a-z]{2}(-[A-Z]{2})?$\"},"
+    " \"source\":{\"type\":\"string\",\"enum\":[\"organic\",\"ads\",\"email\",\"referral\",\"partner\"]},"
+    " \"referrer\":{\"type\":[\"string\",\"null\"]},"
+    " \"score\":{\"type\":\"number\",\"minimum\":0,\"maximum\":1},"
+    " \"confidence\":{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1},"
+    " \"flags\":{\"type\":\"array\",\"items\":{\"enum\":[\"fraud_check\",\"manual_review\",\"express\",\"fragile\"]},\"uniqueItems\":true},"
+    " \"metadata\":{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"^[a-z_]{1,32}$\"},\"additionalProperties\":{\"type\":[\"string\",\"number\",\"boolean\"]}},"
+    " \"warehouse\":{\"type\":\"string\",\"pattern\":\"^WH-[0-9]{2}$\"},"
+    " \"carrier\":{\"enum\":[\"dhl\",\"ups\",\"fedex\",\"post\",null]},"
+    " \"tracking\":{\"type\":[\"string\",\"null\"],\"maxLength\":64},"
+    " \"weight_kg\":{\"type\":\"number\",\"exclusiveMinimum\":0},"
+    " \"dimensions\":{\"type\":\"object\",\"required\":[\"l\",\"w\",\"h\"],\"properties\":{\"l\":{\"type\":\"number\"},\"w\":{\"type\":\"number\"},\"h\":{\"type\":\"number\"}}},"
+    " \"summary\":{\"type\":\"string\",\"minLength\":10,\"maxLength\":500}"
+    "}}";
+
+static const char VALID[] =
+    "{\"id\":\"123e4567-e89b-12d3-a456-426614174000\",\"status\":\"paid\",\"channel\":\"web\",\"priority\":2,"
+    "\"created_at\":\"2024-05-01T10:20:30Z\",\"updated_at\":null,"
+    "\"customer\":{\"name\":\"Ada Lovelace\",\"email\":\"ada@example.com\",\"phone\":\"+44 20 7946 0958\",\"vip\":true,"
+    " \"billing\":{\"street\":\"12 Analytical Row\",\"city\":\"London\",\"zip\":\"SW1A 1AA\",\"country\":\"GB\"},"
+    " \"shipping\":{\"street\":\"12 Analytical Row\",\"city\":\"London\",\"country\":\"GB\"}},"
+    "\"items\":["
+    " {\"sku\":\"ABC-12345\",\"name\":\"Difference engine\",\"quantity\":1,\"price\":{\"amount\":1999.99,\"currency\":\"GBP\"},\"tags\":[\"brass\",\"gears\"]},"
+    " {\"sku\":\"XYZ-0001\",\"name\":\"Punch cards\",\"quantity\":500,\"price\":{\"amount\":0.05,\"currency\":\"GBP\"}},"
+    " {\"sku\":\"QQQ-9999\",\"name\":\"Oil can\",\"quantity\":2,\"price\":{\"amount\":4.5,\"currency\":\"GBP\"},\"tags\":[\"maintenance\"]}],"
+    "\"total\":{\"amount\":2033.99,\"currency\":\"GBP\"},\"discount\":null,"
+    "\"payment\":{\"method\":\"card\",\"last4\":\"4242\"},"
+    "\"notes\":\"Leave at the door.\",\"gift\":false,\"language\":\"en-GB\",\"source\":\"organic\",\"referrer\":null,"
+    "\"score\":0.93,\"confidence\":0.8,\"flags\":[\"express\",\"fragile\"],"
+    "\"metadata\":{\"campaign\":\"spring\",\"visits\":3,\"returning\":true},"
+    "\"warehouse\":\"WH-07\",\"carrier\":\"dhl\",\"tracking\":\"JD014600003828323\",\"weight_kg\":12.5,"
+    "\"dimensions\":{\"l\":60,\"w\":40,\"h\":30},"
+    "\"summary\":\"One engine, punch cards and an oil can, shipped express.\"}";
+
+/* typical LLM mistakes: wrong enum, string number, missing field, bad
+ * pattern, extra field, wrong oneOf branch */
+static const char INVALID[] =
+    "{\"id\":\"123e4567-e89b-12d3-a456-426614174000\",\"status\":\"Paid\",\"channel\":\"web\",\"priority\":\"2\","
+    "\"created_at\":\"2024-05-01T10:20:30Z\","
+    "\"customer\":{\"name\":\"Ada Lovelace\",\"email\":\"ada@example.com\","
+    " \"billing\":{\"street\":\"12 Analytical Row\",\"city\":\"London\",\"country\":\"UK \"}},"
+    "\"items\":["
+    " {\"sku\":\"ABC-12345\",\"name\":\"Difference engine\",\"quantity\":1,\"price\":{\"amount\":1999.99,\"currency\":\"GBP\"}},"
+    " {\"sku\":\"xyz-1\",\"name\":\"Punch cards\",\"quantity\":0,\"price\":{\"amount\":0.05}}],"
+    "\"total\":{\"amount\":2033.99,\"currency\":\"GBP\"},"
+    "\"payment\":{\"method\":\"sepa\",\"iban\":\"not an iban\"},"
+    "\"confidence\":0,\"extra_field\":true,"
+    "\"summary\":\"short\"}";
+
+static const char UNEVAL_SCHEMA[] =
+    "{\"type\":\"object\",\"allOf\":[{\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"integer\"}}}],"
+    "\"anyOf\":[{\"properties\":{\"kind\":{\"const\":\"x\"},\"x\":{\"type\":\"number\"}}},"
+    "{\"properties\":{\"kind\":{\"const\":\"y\"},\"y\":{\"type\":\"number\"}}}],"
+    "\"unevaluatedProperties\":false}";
+static const char UNEVAL_INST[] = "{\"a\":\"s\",\"b\":1,\"kind\":\"y\",\"y\":2.5}";
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ns per call of schema_validate, over about `secs` seconds */
+static double time_validate(const schema *s, const cJSON *inst, int report, double secs, int want,
+                            size_t *nviol)
+{
+    long iters = 0;
+    double t0 = now(), t;
+    do {
+        for (int k = 0; k < 1000; k++) {
+            schema_violations v = { 0 };
+            int r = schema_validate(s, inst, report ? &v : NULL);
+            if (r != want) {
+                fprintf(stderr, "bench: unexpected result %d (want %d)\n", r, want);
+                exit(1);
+            }
+            if (nviol)
+                *nviol = v.count;
+            schema_violations_clear(&v);
+        }
+        iters += 1000;
+        t = now() - t0;
+    } while (t < secs);
+    return t * 1e9 / (double)iters;
+}
+
+static schema *compile_or_die(const char *text, cJSON **doc_out)
+{
+    cJSON *doc = cJSON_Parse(text);
+    char err[256];
+    schema *s = doc ? schema_compile(NULL, doc, NULL, err, sizeof err) : NULL;
+    if (!s) {
+        fprintf(stderr, "bench: compile failed: %s\n", doc ? err : "bad JSON");
+        exit(1);
+    }
+    if (doc_out)
+        *doc_out = doc;
+    else
+        cJSON_Delete(doc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    double secs = argc > 1 ? atof(argv[1]) : 1.0;
+    if (secs <= 0)
+        secs = 1.0;
+    cJSON *doc = NULL;
+    schema *s = compile_or_die(SCHEMA, &doc);
+    /* compile time */
+    long n = 0;
+    double t0 = now(), t;
+    do {
+        char err[256];
+        schema *x = schema_compile(NULL, doc, NULL, err, sizeof err);
+        schema_free(x);
+        n++;
+        t = now() - t0;
+    } while (t < secs / 2);
+    double compile_us = t * 1e6 / (double)n;
+
+    cJSON *valid = cJSON_Parse(VALID), *invalid = cJSON_Parse(INVALID);
+    if (!valid || !invalid) {
+        fprintf(stderr, "bench: bad instance JSON\n");
+        return 1;
+    }
+    size_t nviol = 0;
+    double v_ns = time_validate(s, valid, 0, secs, 0, NULL);
+    double vr_ns = time_validate(s, valid, 1, secs, 0, NULL);
+    double i_ns = time_validate(s, invalid, 0, secs, 1, NULL);
+    double ir_ns = time_validate(s, invalid, 1, secs, 1, &nviol);
+
+    schema *u = compile_or_die(UNEVAL_SCHEMA, NULL);
+    cJSON *uinst = cJSON_Parse(UNEVAL_INST);
+    double u_ns = time_validate(u, uinst, 0, secs / 2, 0, NULL);
+
+    printf("{\"compile_us\":%.1f,\"valid_ns\":%.0f,\"valid_per_s\":%.0f,\"valid_report_ns\":%.0f,"
+           "\"invalid_ns\":%.0f,\"invalid_report_ns\":%.0f,\"invalid_violations\":%zu,"
+           "\"uneval_ns\":%.0f}\n",
+           compile_us, v_ns, 1e9 / v_ns, vr_ns, i_ns, ir_ns, nviol, u_ns);
+    cJSON_Delete(uinst);
+    schema_free(u);
+    cJSON_Delete(valid);
+    cJSON_Delete(invalid);
+    cJSON_Delete(doc);
+    schema_free(s);
+    return 0;
+}
