@@ -112,6 +112,24 @@ static uint64_t hash_bytes(const void *p, size_t n)
     return h ^ (h >> 29);
 }
 
+/* Word-at-a-time hash for property names (hot path). */
+static uint64_t hash_str(const char *s, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+}
+
 static uint64_t hash_ptr(const void *p)
 {
     uint64_t x = (uint64_t)(uintptr_t)p;
@@ -519,6 +537,34 @@ static int decimal_of(double d, decimal *out)
     return 0;
 }
 
+/* Same result as decimal_of without printing: the smallest k with
+ * round(x * 10^k) / 10^k == x gives the shortest decimal.  -1 when x is
+ * out of the exact range (then use decimal_of). */
+static int decimal_fast(double x, decimal *out)
+{
+    static const double P10[] = { 1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+                                  1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17 };
+    x = fabs(x);
+    for (int k = 0; k < 18; k++) {
+        double y = x * P10[k];
+        if (y >= 9007199254740992.0)
+            return -1;
+        double r = nearbyint(y);
+        if (r / P10[k] == x) {
+            uint64_t m = (uint64_t)r;
+            int e = -k;
+            while (m && m % 10 == 0) {
+                m /= 10;
+                e++;
+            }
+            out->mant = m;
+            out->exp = e;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* Is x an integer multiple of m (m given as decimal too)? */
 static int is_multiple(double x, double m, const decimal *md)
 {
@@ -527,7 +573,9 @@ static int is_multiple(double x, double m, const decimal *md)
     if (x == floor(x) && m == floor(m) && fabs(x) < 9e15 && m < 9e15)
         return fmod(x, m) == 0;
     decimal xd;
-    if (decimal_of(x, &xd) < 0 || md->mant == 0)
+    if (decimal_fast(x, &xd) < 0 && decimal_of(x, &xd) < 0)
+        return 0;
+    if (md->mant == 0)
         return 0;
     int e = xd.exp - md->exp;
     if (e < 0)
@@ -638,6 +686,7 @@ typedef struct rres { /* runtime resource, for the dynamic scope */
 typedef struct prop_ent {
     const char *name; /* NULL = empty slot */
     uint64_t h;
+    size_t len;
     node *schema;     /* from properties, or NULL */
     int32_t req;      /* index in required, or -1 */
 } prop_ent;
@@ -668,6 +717,7 @@ struct node {
     uint8_t unique;
     uint8_t fmt;
     uint8_t content_b64, content_json;
+    uint8_t req_in_props; /* fast pass checks required inside kw_props */
     uint8_t norder;
     uint8_t order[K__COUNT];
     const char *type_text, *enum_text, *const_text, *pattern_text;
@@ -1538,10 +1588,11 @@ static char *snippet_in_arena(cctx *c, const cJSON *v)
     return a;
 }
 
-static prop_ent *prop_slot(node *n, const char *name, uint64_t h)
+static prop_ent *prop_slot(node *n, const char *name, size_t len, uint64_t h)
 {
     size_t i = h & n->props_mask;
-    while (n->props[i].name && (n->props[i].h != h || strcmp(n->props[i].name, name) != 0))
+    while (n->props[i].name && (n->props[i].h != h || n->props[i].len != len ||
+                                memcmp(n->props[i].name, name, len) != 0))
         i = (i + 1) & n->props_mask;
     return &n->props[i];
 }
@@ -1564,11 +1615,13 @@ static int build_props(cctx *c, node *n, const cJSON *props, const cJSON *req)
 
 static prop_ent *props_add(cctx *c, node *n, const char *name)
 {
-    uint64_t h = hash_bytes(name, strlen(name));
-    prop_ent *e = prop_slot(n, name, h);
+    size_t len = strlen(name);
+    uint64_t h = hash_str(name, len);
+    prop_ent *e = prop_slot(n, name, len, h);
     if (!e->name) {
         e->name = arena_strdup(&c->s->a, name);
         e->h = h;
+        e->len = len;
         e->req = -1;
     }
     return e;
@@ -2043,6 +2096,14 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             n->uneval_props = compile_child(c, ci, v, ptr_join(c, P, k));
             n->uneval |= UE_PROPS;
         }
+    }
+    {
+        int hp = 0, hr = 0;
+        for (int i = 0; i < n->norder; i++) {
+            hp |= n->order[i] == K_PROPS;
+            hr |= n->order[i] == K_REQUIRED;
+        }
+        n->req_in_props = hp && hr && n->n_required <= 64;
     }
     /* unevaluated* see the annotations of every other keyword: last */
     if (n->uneval & UE_ITEMS)
@@ -2809,11 +2870,13 @@ static const prop_ent *prop_find(const node *n, const char *name)
 {
     if (!n->props)
         return NULL;
-    uint64_t h = hash_bytes(name, strlen(name));
+    size_t len = strlen(name);
+    uint64_t h = hash_str(name, len);
     size_t i = h & n->props_mask;
     while (n->props[i].name) {
-        if (n->props[i].h == h && strcmp(n->props[i].name, name) == 0)
-            return &n->props[i];
+        const prop_ent *e = &n->props[i];
+        if (e->h == h && e->len == len && memcmp(e->name, name, len) == 0)
+            return e;
         i = (i + 1) & n->props_mask;
     }
     return NULL;
@@ -2839,10 +2902,14 @@ static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
         return 1;
     int ok = 1;
     size_t i = 0;
+    uint64_t req_seen = 0;
+    int check_req = n->req_in_props && !c->record;
     for (const cJSON *m = inst->child; m; m = m->next, i++) {
         int matched = 0;
-        if (n->n_props) {
+        if (n->props) {
             const prop_ent *pe = prop_find(n, m->string);
+            if (check_req && pe && pe->req >= 0)
+                req_seen |= 1ull << pe->req;
             if (pe && pe->schema) {
                 matched = 1;
                 int r;
@@ -2916,6 +2983,8 @@ static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
         if (matched && ev)
             ev_set(ev, i);
     }
+    if (check_req && ok && (size_t)__builtin_popcountll(req_seen) != n->n_required)
+        return 0;
     return ok;
 }
 
@@ -3459,7 +3528,10 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
         case K_MIN_PROPS: r = kw_counts(c, n, k, inst); break;
         case K_UNIQUE: r = kw_unique(c, n, inst); break;
         case K_PROPS: r = kw_props(c, n, inst, use); break;
-        case K_REQUIRED: r = kw_required(c, n, inst); break;
+        case K_REQUIRED:
+            /* without reporting, kw_props checks required in its pass */
+            r = (n->req_in_props && !c->record) ? 1 : kw_required(c, n, inst);
+            break;
         case K_DEP_REQUIRED: r = kw_dep_required(c, n, inst); break;
         case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, use); break;
         case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;
