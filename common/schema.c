@@ -112,22 +112,15 @@ static uint64_t hash_bytes(const void *p, size_t n)
     return h ^ (h >> 29);
 }
 
-/* Word-at-a-time hash for property names (hot path). */
-static uint64_t hash_str(const char *s, size_t n)
+/* Hash and length of a property name in one pass (hot path). */
+static uint64_t hash_cstr(const char *s, size_t *len)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-        s += 8;
-        n -= 8;
-    }
-    uint64_t w = 0;
-    memcpy(&w, s, n);
-    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 29);
+    uint64_t h = 1469598103934665603ull;
+    const char *p = s;
+    for (; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    *len = (size_t)(p - s);
+    return h ^ (h >> 31);
 }
 
 static uint64_t hash_ptr(const void *p)
@@ -687,6 +680,7 @@ typedef struct prop_ent {
     const char *name; /* NULL = empty slot */
     uint64_t h;
     size_t len;
+    uint32_t ord;     /* index in node.ordered, when schema != NULL */
     node *schema;     /* from properties, or NULL */
     int32_t req;      /* index in required, or -1 */
 } prop_ent;
@@ -739,6 +733,7 @@ struct node {
     prop_ent *props; /* open addressing, mask + 1 slots */
     size_t props_mask;
     size_t n_props;
+    const prop_ent **ordered; /* entries of `properties` in schema order */
     patprop *pats;
     size_t n_pats;
     node *additional;
@@ -1615,8 +1610,8 @@ static int build_props(cctx *c, node *n, const cJSON *props, const cJSON *req)
 
 static prop_ent *props_add(cctx *c, node *n, const char *name)
 {
-    size_t len = strlen(name);
-    uint64_t h = hash_str(name, len);
+    size_t len;
+    uint64_t h = hash_cstr(name, &len);
     prop_ent *e = prop_slot(n, name, len, h);
     if (!e->name) {
         e->name = arena_strdup(&c->s->a, name);
@@ -1954,14 +1949,18 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             }
         } else if (strcmp(k, "properties") == 0) {
             char *pp = ptr_join(c, P, k);
-            for (const cJSON *e = v->child; e && !c->failed; e = e->next) {
+            n->ordered = calloc_or_fail(c, (json_count(v) + 1) * sizeof *n->ordered);
+            for (const cJSON *e = v->child; e && n->ordered && !c->failed; e = e->next) {
                 prop_ent *pe = props_add(c, n, e->string);
                 if (!pe->name) {
                     cfail(c, "out of memory");
                     break;
                 }
+                if (pe->schema)
+                    continue; /* duplicate key: the first one counts */
                 pe->schema = compile_child(c, ci, e, ptr_join(c, pp ? pp : "", e->string));
-                n->n_props++;
+                pe->ord = (uint32_t)n->n_props;
+                n->ordered[n->n_props++] = pe;
             }
             add_order(n, K_PROPS);
         } else if (strcmp(k, "patternProperties") == 0) {
@@ -2203,6 +2202,53 @@ static void compile_dynamic_anchors(cctx *c)
     }
 }
 
+/* A node that is only a $ref adds an evaluation step and nothing else:
+ * point its users at the target.  Not with $dynamicRef, whose scope needs
+ * every resource on the way.  Chains of pure refs that loop stay as they
+ * are (the runtime depth limit reports them). */
+static node *skip_refs(node *x)
+{
+    for (int hops = 0; x && hops < 64; hops++) {
+        if (x->boolean || x->norder != 1 || x->order[0] != K_REF || x->uneval || !x->ref)
+            return x;
+        x = x->ref;
+    }
+    return x;
+}
+
+static void collapse_refs(schema *s, const pmap *memo)
+{
+    if (s->dynamic)
+        return;
+    for (size_t i = 0; i < memo->cap; i++) {
+        node *n = memo->e[i].key ? memo->e[i].val : NULL;
+        if (!n || n->boolean)
+            continue;
+        for (size_t k = 0; k < n->n_prefix; k++)
+            n->prefix[k] = skip_refs(n->prefix[k]);
+        for (size_t k = 0; k < n->n_all_of; k++)
+            n->all_of[k] = skip_refs(n->all_of[k]);
+        for (size_t k = 0; k < n->n_any_of; k++)
+            n->any_of[k] = skip_refs(n->any_of[k]);
+        for (size_t k = 0; k < n->n_one_of; k++)
+            n->one_of[k] = skip_refs(n->one_of[k]);
+        for (size_t k = 0; n->props && k <= n->props_mask; k++)
+            if (n->props[k].schema)
+                n->props[k].schema = skip_refs(n->props[k].schema);
+        for (size_t k = 0; k < n->n_pats; k++)
+            n->pats[k].schema = skip_refs(n->pats[k].schema);
+        for (size_t k = 0; k < n->n_dsch; k++)
+            n->dsch[k].schema = skip_refs(n->dsch[k].schema);
+        node **single[] = { &n->items, &n->contains, &n->additional, &n->property_names,
+                            &n->not_, &n->if_, &n->then_, &n->else_, &n->ref,
+                            &n->uneval_items, &n->uneval_props };
+        for (size_t k = 0; k < sizeof single / sizeof single[0]; k++)
+            if (*single[k])
+                *single[k] = skip_refs(*single[k]);
+    }
+    s->root = skip_refs(s->root);
+}
+
 void schema_free(schema *s)
 {
     if (!s)
@@ -2263,6 +2309,8 @@ schema *schema_compile_base(schema_registry *reg, const cJSON *doc, const char *
         resolve_pending(&c);
         if (c.s->dynamic)
             compile_dynamic_anchors(&c);
+        if (!c.failed)
+            collapse_refs(c.s, &c.memo);
     }
     smap_free(&c.uris);
     pmap_free(&c.infos);
@@ -2870,8 +2918,8 @@ static const prop_ent *prop_find(const node *n, const char *name)
 {
     if (!n->props)
         return NULL;
-    size_t len = strlen(name);
-    uint64_t h = hash_str(name, len);
+    size_t len;
+    uint64_t h = hash_cstr(name, &len);
     size_t i = h & n->props_mask;
     while (n->props[i].name) {
         const prop_ent *e = &n->props[i];
@@ -2904,10 +2952,18 @@ static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
     size_t i = 0;
     uint64_t req_seen = 0;
     int check_req = n->req_in_props && !c->record;
+    size_t cur = 0; /* LLMs mostly emit keys in schema order: try that first */
     for (const cJSON *m = inst->child; m; m = m->next, i++) {
         int matched = 0;
         if (n->props) {
-            const prop_ent *pe = prop_find(n, m->string);
+            const prop_ent *pe;
+            if (cur < n->n_props && strcmp(n->ordered[cur]->name, m->string) == 0) {
+                pe = n->ordered[cur++];
+            } else {
+                pe = prop_find(n, m->string);
+                if (pe && pe->schema)
+                    cur = pe->ord + 1;
+            }
             if (check_req && pe && pe->req >= 0)
                 req_seen |= 1ull << pe->req;
             if (pe && pe->schema) {
@@ -3130,11 +3186,17 @@ static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *inst)
         return report(c, n, "const", SCHEMA_CONST_MISMATCH, inst, xstrdup(n->const_text),
                       "value must be %s", n->const_text);
     }
-    uint64_t h = json_hash(inst);
-    size_t i = 0;
-    for (const cJSON *e = n->enum_vals->child; e; e = e->next, i++)
-        if (n->enum_h[i] == h && json_equal(inst, e))
-            return 1;
+    if (n->n_enum <= 8) {
+        for (const cJSON *e = n->enum_vals->child; e; e = e->next)
+            if (json_equal(inst, e))
+                return 1;
+    } else {
+        uint64_t h = json_hash(inst);
+        size_t i = 0;
+        for (const cJSON *e = n->enum_vals->child; e; e = e->next, i++)
+            if (n->enum_h[i] == h && json_equal(inst, e))
+                return 1;
+    }
     return report(c, n, "enum", SCHEMA_ENUM_MISMATCH, inst, xstrdup(n->enum_text),
                   "value must be one of %s", n->enum_text);
 }

@@ -18,6 +18,7 @@
 struct schema_regex {
     pcre2_code *code;
     char *source;
+    int jit; /* JIT-compiled: pcre2_jit_match can be used */
 };
 
 /* ECMA-262 WhiteSpace and LineTerminator code points: \t \n \v \f \r, the
@@ -436,7 +437,7 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         goto done;
     }
     /* JIT is an optimisation only: without it matching still works. */
-    (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+    int jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
     re = calloc(1, sizeof *re);
     if (re)
         re->source = strdup(pattern);
@@ -449,6 +450,7 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         goto done;
     }
     re->code = code;
+    re->jit = jit;
 done:
     free(b.p);
     return re;
@@ -473,7 +475,10 @@ int schema_regex_match(const schema_regex *re, const char *s, size_t len)
     pcre2_match_data *md = thread_match_data();
     if (!md)
         return -1;
-    int rc = pcre2_match(re->code, (PCRE2_SPTR)s, len, 0, PCRE2_NO_UTF_CHECK, md, g_mctx);
+    /* pcre2_jit_match skips pcre2_match's argument checks (the hot path);
+     * it honours the match limit of the context */
+    int rc = re->jit ? pcre2_jit_match(re->code, (PCRE2_SPTR)s, len, 0, PCRE2_NO_UTF_CHECK, md, g_mctx)
+                     : pcre2_match(re->code, (PCRE2_SPTR)s, len, 0, PCRE2_NO_UTF_CHECK, md, g_mctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
         rc = pcre2_match(re->code, (PCRE2_SPTR)s, len, 0, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
                          md, g_mctx);

@@ -28,6 +28,42 @@ void util_rfc3339(int64_t wall_ms, char *buf, size_t len) {
     if (n && n < len) snprintf(buf + n, len - n, ".%03dZ", (int)(wall_ms % 1000));
 }
 
+int util_parse_rfc3339(const char *s, int64_t *wall_ms) {
+    int y, mo, d, h, mi, sec, n = 0;
+    if (sscanf(s, "%4d-%2d-%2d%*1[Tt]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19)
+        return -1;
+    const char *p = s + n;
+    int64_t frac_ms = 0;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 3) frac_ms = frac_ms * 10 + (*p - '0');
+        if (!digits) return -1;
+        for (; digits < 3; digits++) frac_ms *= 10;
+    }
+    int64_t offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, m = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &m) != 2 || m != 5) return -1;
+        offset_s = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return -1;
+    struct tm tm = {0};
+    tm.tm_year = y - 1900;
+    tm.tm_mon = mo - 1;
+    tm.tm_mday = d;
+    tm.tm_hour = h;
+    tm.tm_min = mi;
+    tm.tm_sec = sec;
+    *wall_ms = ((int64_t)timegm(&tm) - offset_s) * 1000 + frac_ms;
+    return 0;
+}
+
 int util_utf8_valid(const char *str, size_t len) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;

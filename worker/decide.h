@@ -22,6 +22,7 @@ typedef enum decide_category {
     DECIDE_CAT_BAD_REQUEST,
     DECIDE_CAT_CONTEXT_LENGTH,
     DECIDE_CAT_UNKNOWN_SCHEMA,
+    DECIDE_CAT_BUDGET,          /* token budget or deadline spent */
     DECIDE_CAT_COUNT
 } decide_category;
 

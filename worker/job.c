@@ -60,6 +60,16 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     int max = cJSON_IsNumber(m) ? (int)m->valuedouble : default_max_attempts;
     if (max > max_attempts_ceiling) max = max_attempts_ceiling;
     out->max_attempts = max;
+    out->max_attempts_set = cJSON_IsNumber(m);
+    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(doc, "token_budget");
+    out->token_budget = cJSON_IsNumber(tb) ? (long)tb->valuedouble : 0;
+    const char *deadline = get_str(doc, "deadline");
+    if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms)) {
+        snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time", deadline);
+        memset(out, 0, sizeof(*out));
+        cJSON_Delete(doc);
+        return -1;
+    }
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #define RETORT_JOB_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <cjson/cJSON.h>
 
 #include "schema.h"
@@ -19,6 +20,9 @@ typedef struct job {
     const cJSON *reflection; /* into doc, or NULL */
     int attempt;             /* 1 when absent */
     int max_attempts;        /* resolved: job's own (capped) or the default */
+    int max_attempts_set;    /* the job named its own max_attempts */
+    long token_budget;       /* 0: none */
+    int64_t deadline_ms;     /* wall clock; 0: none */
 } job;
 
 /* Parses value[0..len) and checks it against the job envelope (borrowed).

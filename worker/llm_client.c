@@ -229,11 +229,16 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
     c->timeout_ms = opts->timeout_ms;
     c->connect_timeout_ms = opts->connect_timeout_ms;
     c->max_response_bytes = opts->max_response_bytes;
-    const char *base = opts->base_url;
+    const char *base = opts->base_url ? opts->base_url : "";
     size_t blen = strlen(base);
     while (blen && base[blen - 1] == '/') blen--;
     const char *path = opts->provider == LLM_PROVIDER_ANTHROPIC ? "/messages" : "/chat/completions";
-    if (asprintf(&c->url, "%.*s%s", (int)blen, base, path) < 0) { c->url = NULL; goto fail; }
+    if (opts->url) {
+        if (!(c->url = strdup(opts->url))) goto fail;
+    } else if (asprintf(&c->url, "%.*s%s", (int)blen, base, path) < 0) {
+        c->url = NULL;
+        goto fail;
+    }
     if (opts->api_key && opts->api_key[0]) {
         int rc = opts->provider == LLM_PROVIDER_ANTHROPIC
                      ? asprintf(&c->auth_header, "x-api-key: %s", opts->api_key)

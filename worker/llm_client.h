@@ -21,6 +21,7 @@ typedef struct llm_client_options {
     long timeout_ms;
     long connect_timeout_ms;
     size_t max_response_bytes;
+    const char *url;               /* borrowed, copied: a full URL used as is (webhooks); NULL: the API's */
 } llm_client_options;
 
 typedef struct llm_response {

@@ -14,24 +14,25 @@
 
 /* BEGIN: decides what a received job message means. */
 static const char script_begin[] =
-    "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published')\n"
+    "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens')\n"
     "local cur = tonumber(f[1]) or 0\n"
     "local status = f[2] or ''\n"
     "local pub = tonumber(f[3]) or 0\n"
+    "local tok = (tonumber(f[4]) or 0) + (tonumber(f[5]) or 0)\n"
     "local att = tonumber(ARGV[1])\n"
     "if status == 'final' or status == 'escalated' then\n"
-    "  local r = {'done', status, cur, pub}\n"
+    "  local r = {'done', status, cur, pub, tok}\n"
     "  if pub < cur then\n"
     "    for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
     "  end\n"
     "  return r\n"
     "end\n"
-    "if cur > att then return {'stale', status, cur, pub} end\n"
+    "if cur > att then return {'stale', status, cur, pub, tok} end\n"
     "if cur == att and status == 'retrying' then\n"
-    "  local r = {'retried', status, cur, pub}\n"
+    "  local r = {'retried', status, cur, pub, tok}\n"
     "  if pub < cur then\n"
     "    local last = redis.call('LINDEX', KEYS[2], -1)\n"
-    "    if last then r[5] = last end\n"
+    "    if last then r[6] = last end\n"
     "  end\n"
     "  return r\n"
     "end\n"
@@ -40,14 +41,14 @@ static const char script_begin[] =
     "redis.call('HSETNX', KEYS[1], 'created', ARGV[3])\n"
     "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'batch_id', ARGV[6]) end\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
-    "return {'go', 'running', att, pub}\n";
+    "return {'go', 'running', att, pub, tok}\n";
 
 /* FINISH: records an attempt's outcome, once, if we still own it. */
 static const char script_finish[] =
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded')\n"
     "local att = tonumber(ARGV[2])\n"
     "if f[1] ~= ARGV[1] or tonumber(f[2]) ~= att then\n"
-    "  return {'superseded', f[3] or '', tonumber(f[2]) or 0, 0}\n"
+    "  return {'superseded', f[3] or '', tonumber(f[2]) or 0, 0, 0}\n"
     "end\n"
     "if (tonumber(f[4]) or 0) ~= att then\n"
     "  redis.call('RPUSH', KEYS[2], ARGV[4])\n"
@@ -57,7 +58,7 @@ static const char script_finish[] =
     "redis.call('HSET', KEYS[1], 'status', ARGV[3], 'recorded', att, 'updated', ARGV[5])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
     "redis.call('EXPIRE', KEYS[2], ARGV[6])\n"
-    "local r = {'ok', ARGV[3], att, 0}\n"
+    "local r = {'ok', ARGV[3], att, 0, 0}\n"
     "if ARGV[3] ~= 'retrying' then\n"
     "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
     "end\n"
@@ -67,7 +68,7 @@ static const char script_finish[] =
 static const char script_published[] =
     "local p = tonumber(redis.call('HGET', KEYS[1], 'published')) or 0\n"
     "if p < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'published', ARGV[1]) p = tonumber(ARGV[1]) end\n"
-    "return {'ok', redis.call('HGET', KEYS[1], 'status') or '', 0, p}\n";
+    "return {'ok', redis.call('HGET', KEYS[1], 'status') or '', 0, p, 0}\n";
 
 enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_COUNT };
 static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published};
@@ -138,7 +139,7 @@ static void complete(state_op *op, const redisReply *r) {
         snprintf(err, sizeof(err), "redis: %s", r->str);
         rep.verdict = STATE_ERROR;
         rep.error = err;
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 ||
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 ||
                r->element[0]->type != REDIS_REPLY_STRING) {
         rep.verdict = STATE_ERROR;
         rep.error = "redis: unexpected script reply";
@@ -153,9 +154,10 @@ static void complete(state_op *op, const redisReply *r) {
         if (r->element[1]->type == REDIS_REPLY_STRING) rep.status = r->element[1]->str;
         if (r->element[2]->type == REDIS_REPLY_INTEGER) rep.attempt = (int)r->element[2]->integer;
         if (r->element[3]->type == REDIS_REPLY_INTEGER) rep.published = (int)r->element[3]->integer;
-        if (r->elements > 4) {
+        if (r->element[4]->type == REDIS_REPLY_INTEGER) rep.tokens_used = (long)r->element[4]->integer;
+        if (r->elements > 5) {
             history = cJSON_CreateArray();
-            for (size_t i = 4; i < r->elements; i++) {
+            for (size_t i = 5; i < r->elements; i++) {
                 if (r->element[i]->type != REDIS_REPLY_STRING) continue;
                 cJSON *rec = cJSON_ParseWithLength(r->element[i]->str, r->element[i]->len);
                 if (rec) cJSON_AddItemToArray(history, rec);

@@ -43,6 +43,7 @@ typedef struct state_reply {
     const char *status;     /* the job's status after the call ("" if none) */
     int attempt;            /* the job's current attempt */
     int published;          /* highest attempt whose outcome event was delivered */
+    long tokens_used;       /* begin: tokens recorded over earlier attempts */
     const cJSON *history;   /* array of attempt records, when the verdict needs it, else NULL */
     const char *error;      /* STATE_ERROR: why */
 } state_reply;

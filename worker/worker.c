@@ -24,6 +24,7 @@
 #include "schema.h"
 #include "state.h"
 #include "util.h"
+#include "webhook.h"
 
 #define OUTPUT_RECORD_CAP 65536
 #define MAP_BUCKETS 16384
@@ -35,6 +36,7 @@ typedef struct out_schema {
     schema *compiled;
     cJSON *doc;
     char *text;
+    int max_attempts;   /* "x-retort": {"max_attempts": N}; 0: none */
 } out_schema;
 
 typedef enum wjob_stage {
@@ -71,6 +73,7 @@ typedef struct wjob {
     int64_t start_wall;
     double llm_ms;
     long ptoks, ctoks;
+    long tokens_before;      /* recorded over earlier attempts */
     long http_status;
     /* outcome of the attempt */
     decide_category cat;
@@ -101,6 +104,8 @@ struct worker {
     const config *cfg;
     kafka_io *kio;
     llm_client *llm;
+    webhook *hook;
+    long token_budget;
     state *st;
     offsets *offs;
     schema_registry *reg;
@@ -130,6 +135,7 @@ struct worker {
     wjob *jobs;              /* every live wjob */
     uv_signal_t sigterm, sigint;
     uv_timer_t drain_timer;
+    uv_timer_t drain_poll;   /* webhook deliveries finish outside any job */
     int stopping;
     int exit_code;
     /* counters for the shutdown line */
@@ -304,7 +310,10 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     switch (j->ev_type) {
     case EVENT_FINAL: w->n_final++; break;
     case EVENT_RETRY: w->n_retry++; break;
-    case EVENT_ESCALATED: w->n_esc++; break;
+    case EVENT_ESCALATED:
+        w->n_esc++;
+        if (w->hook) webhook_post(w->hook, j->job.job_id, j->ev_value);
+        break;
     default: break;
     }
     j->stage = STAGE_PUBLISHED;
@@ -470,7 +479,29 @@ static void conclude(wjob *j, long retry_after_ms, int should_retry) {
         if (cJSON_IsString(code) && is_critical(w, code->valuestring)) in.critical = 1;
         if (cJSON_IsFalse(fixable)) in.fixable = 0;
     }
+    /* Budgets: tokens over every attempt so far, and the deadline. */
+    long budget = j->job.token_budget ? j->job.token_budget : w->token_budget;
+    long used = j->tokens_before + j->ptoks + j->ctoks;
+    int over_tokens = budget > 0 && used >= budget;
+    int past_deadline = j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms;
+    in.budget_exceeded = over_tokens || past_deadline;
     j->action = decide(&in, j->reason, sizeof(j->reason));
+    if (j->action == DECIDE_ESCALATE && in.budget_exceeded) {
+        /* Say so when the budget, and nothing else, ended the job. */
+        decide_input unbounded = in;
+        unbounded.budget_exceeded = 0;
+        char ignored[8];
+        decide_action would = decide(&unbounded, ignored, sizeof(ignored));
+        if (j->cat == DECIDE_CAT_BUDGET || would == DECIDE_RETRY || would == DECIDE_RETRY_IN_PLACE) {
+            if (over_tokens)
+                snprintf(j->reason, sizeof(j->reason), "token budget of %ld exceeded (%ld used) on attempt %d",
+                         budget, used, j->job.attempt);
+            else
+                snprintf(j->reason, sizeof(j->reason), "deadline passed %s attempt %d",
+                         j->cat == DECIDE_CAT_BUDGET ? "before" : "on", j->job.attempt);
+            j->cat = DECIDE_CAT_BUDGET;
+        }
+    }
     if (j->action == DECIDE_RETRY_IN_PLACE) {
         uint64_t delay = (uint64_t)w->backoff_base << (j->tries < 20 ? j->tries : 20);
         if (delay > (uint64_t)w->backoff_max) delay = (uint64_t)w->backoff_max;
@@ -598,6 +629,13 @@ static void on_begin(void *ud, const state_reply *r) {
     case STATE_GO:
         j->start_us = util_mono_us();
         j->start_wall = util_wall_ms();
+        j->tokens_before = r->tokens_used;
+        if (j->job.deadline_ms > 0 && j->start_wall >= j->job.deadline_ms) {
+            j->cat = DECIDE_CAT_BUDGET;
+            snprintf(j->error, sizeof(j->error), "deadline passed");
+            conclude(j, -1, -1);
+            return;
+        }
         if (!j->schema_doc) {
             j->cat = DECIDE_CAT_UNKNOWN_SCHEMA;
             snprintf(j->error, sizeof(j->error), "%s", j->schema_error);
@@ -732,6 +770,9 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     }
     j->model = j->job.model ? j->job.model : w->default_model;
     resolve_schema(j);
+    if (!j->job.max_attempts_set && j->os && j->os->max_attempts)
+        j->job.max_attempts = j->os->max_attempts < w->max_attempts_ceiling ? j->os->max_attempts
+                                                                          : w->max_attempts_ceiling;
     wjob *active = map_find(w, j->job.job_id);
     if (active) {
         /* The same job is in flight here already (a duplicate message):
@@ -774,13 +815,15 @@ static void shutdown_now(worker *w) {
     if (w->stopping == 2) return;
     w->stopping = 2;
     uv_timer_stop(&w->drain_timer);
+    uv_timer_stop(&w->drain_poll);
     log_info(NULL, 0, "stopping: %lu final, %lu retries, %lu escalated, %lu dead letters, %lu skipped; %zu jobs unfinished",
              w->n_final, w->n_retry, w->n_esc, w->n_dlq, w->n_skipped, w->inflight);
     uv_stop(w->loop);
 }
 
 static void check_drained(worker *w) {
-    if (w->stopping == 1 && w->inflight == 0) shutdown_now(w);
+    if (w->stopping == 1 && w->inflight == 0 && (!w->hook || webhook_pending(w->hook) == 0))
+        shutdown_now(w);
 }
 
 static void drain_timeout(uv_timer_t *t) {
@@ -788,6 +831,8 @@ static void drain_timeout(uv_timer_t *t) {
     log_warn(NULL, 0, "drain timeout: %zu jobs unfinished (their offsets stay uncommitted)", w->inflight);
     shutdown_now(w);
 }
+
+static void drain_poll_cb(uv_timer_t *t) { check_drained(t->data); }
 
 static void on_signal(uv_signal_t *s, int signum) {
     worker *w = s->data;
@@ -801,6 +846,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     /* Parked duplicates are not started anymore: they hold no LLM call. */
     uv_timer_start(&w->drain_timer, drain_timeout,
                    (uint64_t)config_get_int(w->cfg, "worker.drain_timeout_ms"), 0);
+    if (w->hook) uv_timer_start(&w->drain_poll, drain_poll_cb, 100, 100);
     check_drained(w);
 }
 
@@ -881,6 +927,9 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         os->compiled = c;
         os->doc = sd;
         os->text = cJSON_PrintUnformatted(sd);
+        const cJSON *xr = cJSON_GetObjectItemCaseSensitive(sd, "x-retort");
+        const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
+        os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;
     }
     closedir(d);
     log_info(NULL, 0, "loaded %zu output schema(s) from %s", w->nschemas, dir);
@@ -935,6 +984,7 @@ int worker_run(const config *cfg, const char *worker_id) {
     w->max_violations = (size_t)config_get_int(cfg, "retry.max_violations");
     w->tmpl = config_get(cfg, "retry.template");
     w->max_inflight = (size_t)config_get_int(cfg, "llm.max_inflight");
+    w->token_budget = (long)config_get_int(cfg, "retry.token_budget");
     w->low_water = w->max_inflight * 3 / 4;
     w->sopts.format_assert = config_get_bool(cfg, "schemas.format_assert");
     w->sopts.max_violations = w->max_violations;
@@ -951,11 +1001,20 @@ int worker_run(const config *cfg, const char *worker_id) {
                              config_get(cfg, "llm.anthropic_version"),
                              (long)config_get_int(cfg, "llm.timeout_ms"),
                              (long)config_get_int(cfg, "llm.connect_timeout_ms"),
-                             (size_t)config_get_int(cfg, "llm.max_response_bytes")};
+                             (size_t)config_get_int(cfg, "llm.max_response_bytes"), NULL};
     w->llm = llm_client_new(w->loop, &lo, err, sizeof(err));
     if (!w->llm) {
         log_error(NULL, 0, "%s", err);
         goto out;
+    }
+    const char *hook_url = config_get(cfg, "escalation.webhook_url");
+    if (hook_url && hook_url[0]) {
+        w->hook = webhook_new(w->loop, hook_url, (long)config_get_int(cfg, "escalation.webhook_timeout_ms"),
+                              (int)config_get_int(cfg, "escalation.webhook_retries"), err, sizeof(err));
+        if (!w->hook) {
+            log_error(NULL, 0, "%s", err);
+            goto out;
+        }
     }
     state_options so = {config_get(cfg, "redis.host"), (int)config_get_int(cfg, "redis.port"),
                         config_get(cfg, "redis.password"), (int)config_get_int(cfg, "redis.db"),
@@ -978,6 +1037,8 @@ int worker_run(const config *cfg, const char *worker_id) {
     uv_signal_start(&w->sigint, on_signal, SIGINT);
     uv_timer_init(w->loop, &w->drain_timer);
     w->drain_timer.data = w;
+    uv_timer_init(w->loop, &w->drain_poll);
+    w->drain_poll.data = w;
     log_info(NULL, 0, "worker %s: consuming %s (group %s), llm %s %s, max in flight %zu", w->id,
              w->t_jobs, config_get(cfg, "kafka.group.id"), config_get(cfg, "llm.provider"),
              config_get(cfg, "llm.base_url"), w->max_inflight);
@@ -992,6 +1053,7 @@ out:
     if (w->kio) kafka_io_free(w->kio, 10000);
     w->kio = NULL;
     state_free(w->st);
+    webhook_free(w->hook);
     llm_client_free(w->llm);
     uv_walk(w->loop, loop_close_walk, NULL);
     uv_run(w->loop, UV_RUN_DEFAULT);

@@ -1,0 +1,126 @@
+#include "webhook.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llm_client.h"
+#include "log.h"
+
+typedef struct delivery {
+    webhook *wh;
+    char *job_id;
+    char *body;
+    int tries;
+    uv_timer_t timer;
+    struct delivery *prev, *next;
+} delivery;
+
+struct webhook {
+    llm_client *http;
+    uv_loop_t *loop;
+    int retries;
+    size_t pending;
+    delivery *list;
+};
+
+webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, char *err,
+                     size_t errlen) {
+    webhook *wh = calloc(1, sizeof(*wh));
+    if (!wh) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    llm_client_options o = {0};
+    o.provider = LLM_PROVIDER_OPENAI;
+    o.timeout_ms = timeout_ms;
+    o.connect_timeout_ms = timeout_ms < 5000 ? timeout_ms : 5000;
+    o.max_response_bytes = 65536;
+    o.url = url;
+    wh->http = llm_client_new(loop, &o, err, errlen);
+    if (!wh->http) {
+        free(wh);
+        return NULL;
+    }
+    wh->loop = loop;
+    wh->retries = retries;
+    return wh;
+}
+
+static void delivery_close_cb(uv_handle_t *h) {
+    delivery *d = h->data;
+    free(d->job_id);
+    free(d->body);
+    free(d);
+}
+
+static void delivery_end(delivery *d) {
+    webhook *wh = d->wh;
+    if (d->prev) d->prev->next = d->next;
+    else wh->list = d->next;
+    if (d->next) d->next->prev = d->prev;
+    wh->pending--;
+    uv_close((uv_handle_t *)&d->timer, delivery_close_cb);
+}
+
+static void send_now(delivery *d);
+
+static void retry_cb(uv_timer_t *t) { send_now(t->data); }
+
+static void done_cb(void *ud, const llm_response *resp) {
+    delivery *d = ud;
+    if (resp->status >= 200 && resp->status < 300) {
+        delivery_end(d);
+        return;
+    }
+    int retryable = resp->status == 0 || resp->status == 408 || resp->status == 429 || resp->status >= 500;
+    if (!retryable || d->tries > d->wh->retries) {
+        log_error(d->job_id, 0, "escalation webhook failed after %d tries (%s%ld); giving up", d->tries,
+                  resp->status ? "HTTP " : "", resp->status ? resp->status : 0L);
+        delivery_end(d);
+        return;
+    }
+    uint64_t delay = 250u << (d->tries < 8 ? d->tries : 8);
+    if (resp->retry_after_ms > 0 && (uint64_t)resp->retry_after_ms > delay) delay = (uint64_t)resp->retry_after_ms;
+    if (delay > 60000) delay = 60000;
+    uv_timer_start(&d->timer, retry_cb, delay, 0);
+}
+
+static void send_now(delivery *d) {
+    d->tries++;
+    char *body = strdup(d->body);
+    if (!body || llm_client_submit(d->wh->http, d->job_id, 0, body, done_cb, d, NULL)) {
+        llm_response r = {0};
+        r.retry_after_ms = -1;
+        done_cb(d, &r);
+    }
+}
+
+void webhook_post(webhook *wh, const char *job_id, const char *body) {
+    delivery *d = calloc(1, sizeof(*d));
+    if (!d) return;
+    d->wh = wh;
+    d->job_id = strdup(job_id);
+    d->body = strdup(body);
+    uv_timer_init(wh->loop, &d->timer);
+    d->timer.data = d;
+    d->next = wh->list;
+    if (wh->list) wh->list->prev = d;
+    wh->list = d;
+    wh->pending++;
+    send_now(d);
+}
+
+size_t webhook_pending(const webhook *wh) { return wh->pending; }
+
+void webhook_free(webhook *wh) {
+    if (!wh) return;
+    /* Calls in flight are cancelled with the client's handles; timers close. */
+    while (wh->list) {
+        delivery *d = wh->list;
+        wh->list = d->next;
+        uv_close((uv_handle_t *)&d->timer, delivery_close_cb);
+    }
+    llm_client_free(wh->http);
+    free(wh);
+}
