@@ -266,6 +266,13 @@ static void pmap_free(pmap *m)
 
 static int json_equal(const cJSON *a, const cJSON *b);
 
+/* inline type tests (the cJSON_Is* functions are out-of-line calls) */
+#define JT(v) ((v)->type & 0xFF)
+#define IS_OBJECT(v) (JT(v) == cJSON_Object)
+#define IS_ARRAY(v) (JT(v) == cJSON_Array)
+#define IS_STRING(v) (JT(v) == cJSON_String)
+#define IS_NUMBER(v) (JT(v) == cJSON_Number)
+
 static int json_type(const cJSON *v)
 {
     return v->type & 0xFF;
@@ -2634,7 +2641,7 @@ static char *num_text(double d)
 
 static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
 {
-    if (!cJSON_IsNumber(inst))
+    if (!IS_NUMBER(inst))
         return 1;
     double x = inst->valuedouble;
     char xs[40], ls[40];
@@ -2679,7 +2686,7 @@ static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
 
 static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
 {
-    if (!cJSON_IsString(inst))
+    if (!IS_STRING(inst))
         return 1;
     size_t len;
     long long cps;
@@ -2773,7 +2780,7 @@ static int b64_decode(const char *s, size_t n, char **out, size_t *outlen)
 
 static int kw_content(vctx *c, const node *n, const cJSON *inst)
 {
-    if (!cJSON_IsString(inst))
+    if (!IS_STRING(inst))
         return 1;
     const char *text = inst->valuestring;
     size_t len = strlen(text);
@@ -2799,7 +2806,7 @@ static int kw_content(vctx *c, const node *n, const cJSON *inst)
 
 static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
-    if (!cJSON_IsArray(inst))
+    if (!IS_ARRAY(inst))
         return 1;
     int ok = 1;
     size_t i = 0;
@@ -2837,7 +2844,7 @@ static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
 
 static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
-    if (!cJSON_IsArray(inst))
+    if (!IS_ARRAY(inst))
         return 1;
     uint64_t count = 0;
     size_t i = 0;
@@ -2878,7 +2885,7 @@ static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset *ev)
 
 static int kw_unique(vctx *c, const node *n, const cJSON *inst)
 {
-    if (!cJSON_IsArray(inst))
+    if (!IS_ARRAY(inst))
         return 1;
     size_t cnt = json_count(inst);
     if (cnt < 2)
@@ -2946,11 +2953,12 @@ static int key_utf8_ok(const char *k)
 
 static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
-    if (!cJSON_IsObject(inst))
+    if (!IS_OBJECT(inst))
         return 1;
     int ok = 1;
     size_t i = 0;
     uint64_t req_seen = 0;
+    size_t req_found = 0;
     int check_req = n->req_in_props && !c->record;
     size_t cur = 0; /* LLMs mostly emit keys in schema order: try that first */
     for (const cJSON *m = inst->child; m; m = m->next, i++) {
@@ -2964,8 +2972,10 @@ static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
                 if (pe && pe->schema)
                     cur = pe->ord + 1;
             }
-            if (check_req && pe && pe->req >= 0)
+            if (check_req && pe && pe->req >= 0 && !(req_seen & (1ull << pe->req))) {
                 req_seen |= 1ull << pe->req;
+                req_found++;
+            }
             if (pe && pe->schema) {
                 matched = 1;
                 int r;
@@ -3039,14 +3049,14 @@ static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
         if (matched && ev)
             ev_set(ev, i);
     }
-    if (check_req && ok && (size_t)__builtin_popcountll(req_seen) != n->n_required)
+    if (check_req && ok && req_found != n->n_required)
         return 0;
     return ok;
 }
 
 static int kw_required(vctx *c, const node *n, const cJSON *inst)
 {
-    if (!cJSON_IsObject(inst))
+    if (!IS_OBJECT(inst))
         return 1;
     evset seen;
     if (ev_init(&seen, n->n_required) < 0)
@@ -3072,7 +3082,7 @@ static int kw_required(vctx *c, const node *n, const cJSON *inst)
 
 static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
 {
-    if (!cJSON_IsObject(inst))
+    if (!IS_OBJECT(inst))
         return 1;
     int ok = 1;
     for (size_t d = 0; d < n->n_dreq; d++) {
@@ -3094,7 +3104,7 @@ static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
 
 static int kw_dep_schemas(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
-    if (!cJSON_IsObject(inst))
+    if (!IS_OBJECT(inst))
         return 1;
     int ok = 1;
     for (size_t d = 0; d < n->n_dsch; d++) {
@@ -3114,7 +3124,7 @@ static int kw_dep_schemas(vctx *c, const node *n, const cJSON *inst, evset *ev)
 
 static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
 {
-    if (!cJSON_IsObject(inst))
+    if (!IS_OBJECT(inst))
         return 1;
     int ok = 1;
     for (const cJSON *m = inst->child; m; m = m->next) {
@@ -3151,7 +3161,7 @@ static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
 static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (k == K_MAX_ITEMS || k == K_MIN_ITEMS) {
-        if (!cJSON_IsArray(inst))
+        if (!IS_ARRAY(inst))
             return 1;
         uint64_t cnt = json_count(inst);
         if (k == K_MIN_ITEMS && cnt < n->min_items)
@@ -3164,7 +3174,7 @@ static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
                           (unsigned long long)cnt, (unsigned long long)n->max_items);
         return 1;
     }
-    if (!cJSON_IsObject(inst))
+    if (!IS_OBJECT(inst))
         return 1;
     uint64_t cnt = json_count(inst);
     if (k == K_MIN_PROPS && cnt < n->min_props)
@@ -3213,16 +3223,16 @@ static int types_of_text(const char *text)
 {
     int t = 0;
     cJSON *j = text ? cJSON_Parse(text) : NULL;
-    const cJSON *e = cJSON_IsArray(j) ? j->child : j;
-    for (; e; e = cJSON_IsArray(j) ? e->next : NULL) {
-        if (!cJSON_IsString(e))
+    const cJSON *e = IS_ARRAY(j) ? j->child : j;
+    for (; e; e = IS_ARRAY(j) ? e->next : NULL) {
+        if (!IS_STRING(e))
             continue;
         const char *s = e->valuestring;
         t |= !strcmp(s, "null") ? T_NULL : !strcmp(s, "boolean") ? T_BOOLEAN
            : !strcmp(s, "object") ? T_OBJECT : !strcmp(s, "array") ? T_ARRAY
            : !strcmp(s, "number") ? T_NUMBER | T_INTEGER : !strcmp(s, "string") ? T_STRING
            : !strcmp(s, "integer") ? T_INTEGER : 0;
-        if (!cJSON_IsArray(j))
+        if (!IS_ARRAY(j))
             break;
     }
     cJSON_Delete(j);
@@ -3285,7 +3295,7 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         for (size_t i = 0; vals && i < nb; i++) {
             const schema_violation *v = &c->recs[i ? ends[i - 1] : base].v;
             cJSON *x = v->expected ? cJSON_Parse(v->expected) : NULL;
-            if (x && strcmp(v->code, SCHEMA_ENUM_MISMATCH) == 0 && cJSON_IsArray(x)) {
+            if (x && strcmp(v->code, SCHEMA_ENUM_MISMATCH) == 0 && IS_ARRAY(x)) {
                 while (x->child)
                     cJSON_AddItemToArray(vals, cJSON_DetachItemViaPointer(x, x->child));
                 cJSON_Delete(x);
@@ -3457,7 +3467,7 @@ static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, evset *ev
     int ok = 1;
     size_t i = 0;
     if (k == K_UNEVAL_PROPS) {
-        if (!cJSON_IsObject(inst) || !ev)
+        if (!IS_OBJECT(inst) || !ev)
             return 1;
         for (const cJSON *m = inst->child; m; m = m->next, i++) {
             if (ev_get(ev, i))
@@ -3481,7 +3491,7 @@ static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, evset *ev
         }
         return ok;
     }
-    if (!cJSON_IsArray(inst) || !ev)
+    if (!IS_ARRAY(inst) || !ev)
         return 1;
     for (const cJSON *it = inst->child; it; it = it->next, i++) {
         if (ev_get(ev, i))
@@ -3544,8 +3554,8 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
     evset *use = ev;
     int tracking = 0;
     if (n->uneval) {
-        if (((n->uneval & UE_PROPS) && cJSON_IsObject(inst)) ||
-            ((n->uneval & UE_ITEMS) && cJSON_IsArray(inst))) {
+        if (((n->uneval & UE_PROPS) && IS_OBJECT(inst)) ||
+            ((n->uneval & UE_ITEMS) && IS_ARRAY(inst))) {
             if (ev_init(&local, json_count(inst)) < 0) {
                 c->depth--;
                 if (pushed)

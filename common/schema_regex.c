@@ -393,15 +393,18 @@ static void regex_global_init(void)
 
 /* Match data is not shareable between threads; each thread keeps one
  * (it also caches PCRE2's backtracking frames), freed at thread exit. */
+static __thread pcre2_match_data *tl_md; /* fast access; the key frees it */
+
 static pcre2_match_data *thread_match_data(void)
 {
-    pcre2_match_data *md = pthread_getspecific(g_md_key);
+    pcre2_match_data *md = tl_md;
     if (!md) {
         md = pcre2_match_data_create(1, NULL);
         if (md && pthread_setspecific(g_md_key, md) != 0) {
             pcre2_match_data_free(md);
             md = NULL;
         }
+        tl_md = md;
     }
     return md;
 }

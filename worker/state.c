@@ -47,8 +47,12 @@ static const char script_begin[] =
 static const char script_finish[] =
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded')\n"
     "local att = tonumber(ARGV[2])\n"
-    "if f[1] ~= ARGV[1] or tonumber(f[2]) ~= att then\n"
+    "if f[1] and (f[1] ~= ARGV[1] or tonumber(f[2]) ~= att) then\n"
     "  return {'superseded', f[3] or '', tonumber(f[2]) or 0, 0, 0}\n"
+    "end\n"
+    "if not f[1] then\n"
+    "  -- the state vanished (Redis lost it or it expired): write it anew\n"
+    "  redis.call('HSET', KEYS[1], 'attempt', att, 'owner', ARGV[1], 'created', ARGV[5])\n"
     "end\n"
     "if (tonumber(f[4]) or 0) ~= att then\n"
     "  redis.call('RPUSH', KEYS[2], ARGV[4])\n"

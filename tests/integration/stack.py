@@ -37,18 +37,16 @@ def _read_line(proc, prefix, timeout=20):
 
 
 class Stack:
-    def __init__(self, partitions=4, llm_args=(), workdir=None):
+    def __init__(self, partitions=4, llm_args=(), workdir=None, kafka_control=False):
         self.dir = workdir or tempfile.mkdtemp(prefix="retort-test-")
         self.procs = []
         self.workers = []
         self.redis_port = free_port()
-        self.redis = subprocess.Popen(
-            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(self.redis)
+        self.start_redis()
         self.kafka = subprocess.Popen(
-            [os.path.join(BUILD, "mock-kafka"), "--partitions", str(partitions)],
+            [os.path.join(BUILD, "mock-kafka"), "--partitions", str(partitions)] +
+            (["--control"] if kafka_control else []),
+            stdin=subprocess.PIPE if kafka_control else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "kafka.log"), "wb"))
         self.procs.append(self.kafka)
         self.bootstrap = _read_line(self.kafka, "BOOTSTRAP")
@@ -79,6 +77,26 @@ class Stack:
             "log.format=json",
             "",
         ])
+
+    def start_redis(self):
+        """redis-server with an append-only file synced on every write, as
+        the state store of a production pool would run."""
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.procs.append(self.redis)
+
+    def stop_redis(self):
+        self.redis.terminate()
+        self.redis.wait(10)
+
+    def kafka_control(self, command):
+        self.kafka.stdin.write((command + "\n").encode())
+        self.kafka.stdin.flush()
+        answer = self.kafka.stdout.readline().decode().strip()
+        if not answer.startswith("OK"):
+            raise RuntimeError("mock-kafka %r: %s" % (command, answer))
 
     def _wait_redis(self):
         deadline = time.time() + 10

@@ -1,0 +1,213 @@
+"""Crash safety and failures of the things around the worker: SIGKILLed
+workers, Redis going away, broker errors; plus budgets, the escalation
+webhook and `retort status`."""
+import http.server
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from stack import BUILD, Stack, job
+
+
+def uid(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def children(pid):
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def check_exactly_once(stack, ids):
+    outs = stack.wait_outcomes(ids, timeout=240)
+    per_job = {}
+    for m in outs:
+        per_job.setdefault(m["value"]["job_id"], set()).add(m["headers"]["ce_id"])
+    twice = {j: ids for j, ids in per_job.items() if len(ids) > 1}
+    assert not twice, "jobs with more than one distinct outcome: %s" % list(twice.items())[:3]
+    assert set(ids) <= set(per_job)
+    return outs
+
+
+def mixed_jobs(prefix, n, latency=60):
+    jobs = []
+    for i in range(n):
+        d = "latency_ms=%d" % latency
+        if i % 4 == 0:
+            d += " defect=wrong_type until=1"      # one retry
+        elif i % 23 == 0:
+            d += " defect=wrong_type"              # escalates after 3 attempts
+        jobs.append(job("%s-%05d" % (prefix, i), schema=["product.v1", "ticket.v1", "invoice.v1"][i % 3],
+                        directive=d))
+    return jobs
+
+
+@pytest.mark.slow
+def test_sigkill_during_batch_loses_nothing(stack):
+    inflight = 64
+    sup = stack.start_worker("--processes", "2", "--set", "llm.max_inflight=%d" % inflight, name="sup")
+    prefix = uid("kill")
+    jobs = mixed_jobs(prefix, 2000)
+    ids = [j["job_id"] for j in jobs]
+    stack.produce_jobs(jobs)
+    kills = 0
+    deadline = time.time() + 40
+    time.sleep(5)
+    while time.time() < deadline and kills < 6:
+        done = {m["value"]["job_id"] for m in stack.outcomes()}
+        if len(done & set(ids)) > 1800:
+            break
+        kids = children(sup.pid)
+        if kids:
+            os.kill(kids[kills % len(kids)], signal.SIGKILL)
+            kills += 1
+        time.sleep(4)
+    assert kills >= 2
+    check_exactly_once(stack, ids)
+    # no (job, attempt) reached the LLM twice, except attempts in flight at a kill
+    calls = stack.llm_stats()["calls"]
+    repeated = sum(c - 1 for k, c in calls.items() if k.startswith(prefix) and c > 1)
+    assert repeated <= kills * inflight, (repeated, kills)
+    # every job's Redis state is terminal
+    r = stack.redis_client()
+    for jid in ids[::50]:
+        assert r.hget("retort:job:{%s}" % jid, "status") in ("final", "escalated")
+    assert "supervisor" in stack.worker_log("sup") and "restarting" in stack.worker_log("sup")
+    assert stack.stop_worker(sup) == 0
+
+
+@pytest.mark.slow
+def test_redis_restart_mid_batch(stack):
+    w = stack.start_worker("--set", "llm.max_inflight=32")
+    prefix = uid("redis")
+    jobs = mixed_jobs(prefix, 300, latency=100)
+    ids = [j["job_id"] for j in jobs]
+    stack.produce_jobs(jobs)
+    time.sleep(5)
+    stack.stop_redis()
+    time.sleep(3)
+    assert w.poll() is None, "the worker must survive Redis going away"
+    stack.start_redis()
+    stack._wait_redis()
+    check_exactly_once(stack, ids)
+    log = stack.worker_log(w.name)
+    assert "redis unavailable" in log and "connected" in log
+    assert stack.stop_worker(w) == 0
+
+
+@pytest.fixture
+def control_stack(request):
+    s = Stack(kafka_control=True)
+    yield s
+    s.close()
+
+
+@pytest.mark.slow
+def test_broker_errors_lose_nothing(control_stack):
+    stack = control_stack
+    w = stack.start_worker()
+    prefix = uid("broker")
+    jobs = mixed_jobs(prefix, 300, latency=30)
+    ids = [j["job_id"] for j in jobs]
+    stack.produce_jobs(jobs[:150])
+    time.sleep(5)
+    # produce requests fail for a while (retriable errors), then the broker goes away and comes back
+    stack.kafka_control("errors Produce NOT_LEADER_FOR_PARTITION NOT_LEADER_FOR_PARTITION "
+                        "REQUEST_TIMED_OUT NOT_ENOUGH_REPLICAS")
+    stack.kafka_control("broker_down 1")
+    time.sleep(2)
+    stack.kafka_control("broker_up 1")
+    stack.produce_jobs(jobs[150:])
+    check_exactly_once(stack, ids)
+    assert stack.stop_worker(w) == 0
+
+
+def test_token_budget_and_deadline(stack):
+    stack.start_worker()
+    a, b = uid("budget"), uid("deadline")
+    stack.produce_jobs([
+        job(a, directive="defect=wrong_type", token_budget=1),
+        job(b, deadline="2001-01-01T00:00:00Z"),
+    ])
+    stack.wait_outcomes([a, b])
+    escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
+    assert escs[a]["category"] == "budget" and "token budget of 1 exceeded" in escs[a]["reason"]
+    assert escs[a]["attempts"] == 1
+    assert escs[b]["category"] == "budget" and "deadline passed before attempt 1" in escs[b]["reason"]
+    assert "%s:1" % b not in stack.llm_stats()["calls"]
+
+
+def test_per_schema_max_attempts(stack, tmp_path):
+    # a copy of product.v1 with "x-retort": {"max_attempts": 2}
+    src = json.load(open(os.path.join(BUILD, "..", "schemas", "output", "product.v1.json")))
+    src["x-retort"] = {"max_attempts": 2}
+    src["$id"] = "https://retort.dev/schemas/output/two.v1.json"
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "two.v1.json").write_text(json.dumps(src))
+    stack.start_worker("--set", "schemas.dir=%s" % d)
+    a, b = uid("two"), uid("three")
+    stack.produce_jobs([job(a, schema="two.v1", directive="defect=wrong_type"),
+                        job(b, schema="two.v1", directive="defect=wrong_type", max_attempts=3)])
+    stack.wait_outcomes([a, b])
+    escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
+    assert escs[a]["attempts"] == 2      # the schema's budget
+    assert escs[b]["attempts"] == 3      # the job's own wins
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    received = []
+    fail_first = 1
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if Hook.fail_first > 0:
+            Hook.fail_first -= 1
+            self.send_response(503)
+            self.end_headers()
+            return
+        Hook.received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_escalation_webhook(stack):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        stack.start_worker("--set", "escalation.webhook_url=http://127.0.0.1:%d/hook" % srv.server_port)
+        jid = uid("hook")
+        stack.produce_jobs([job(jid, directive="defect=refusal")])
+        stack.wait_outcomes([jid])
+        deadline = time.time() + 10
+        while time.time() < deadline and not Hook.received:
+            time.sleep(0.1)
+        assert [e["job_id"] for e in Hook.received] == [jid]   # retried after the 503
+        assert Hook.received[0]["category"] == "refusal"
+    finally:
+        srv.shutdown()
+
+
+def test_status_command(stack):
+    stack.start_worker()
+    jid = uid("status")
+    stack.produce_jobs([job(jid, directive="defect=wrong_type until=1")])
+    stack.wait_outcomes([jid])
+    out = subprocess.run([os.path.join(BUILD, "retort"), "status", jid, "-c", stack.config_path],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    st = json.loads(out.stdout)
+    assert st["status"] == "final" and st["attempt"] == 2 and len(st["history"]) == 2
+    assert "owner" not in st
+    missing = subprocess.run([os.path.join(BUILD, "retort"), "status", "no-such-job", "-c", stack.config_path],
+                             capture_output=True, text=True, timeout=10)
+    assert missing.returncode == 1 and "no-such-job" in missing.stderr
