@@ -59,6 +59,8 @@ static const cfg_def cfg_defs[] = {
     I("escalation.webhook_timeout_ms", "5000", 100, 600000, "timeout of one webhook call"),
     I("escalation.webhook_retries", "5", 0, 100, "retries of a failed webhook call (backoff, Retry-After honoured)"),
     S("retry.template", "", "repair prompt template ({attempt} {max} {reason} {violations} {schema} {previous_output}); empty: built-in"),
+    S("rules.file", "", "JSON array of rules run on every output after its schema (see common/rules.h); empty: none"),
+    S("plugins.paths", "", "comma-separated validator plugin .so files (see worker/retort_plugin.h); empty: none"),
     S("schemas.dir", "schemas/output", "directory of output schemas; the id product.v1 is product.v1.json"),
     S("schemas.envelopes", "schemas", "directory of the job and event envelope schemas"),
     B("schemas.format_assert", "false", "treat `format` as an assertion"),

@@ -63,7 +63,8 @@
  * Violations (appended by rules_check) have the shape of
  * schema_violations_to_json plus "fixable":
  *   {"path": JSON Pointer of the offending value,
- *    "keyword": "rules/<index in the spec array>/<type>",
+ *    "keyword": "rules/<index in the spec array>/<type>" (see
+ *                rules_compile_prefix),
  *    "code": see above, "message": plain English for the model,
  *    "expected": the bound (length), the regex (must_match) or null,
  *    "actual": the offending value (a copy, or a string of its first
@@ -98,6 +99,12 @@ typedef struct rules rules;
  * err naming the rule and field, e.g. `rules[2].regex: missing ) at offset
  * 4`.  Nothing of spec is kept. */
 rules *rules_compile(const cJSON *spec, char *err, size_t errlen);
+
+/* Like rules_compile, with prefix (borrowed; NULL or "" = "rules") in
+ * place of "rules" in keywords ("<prefix>/<i>/<type>") and errors
+ * ("<prefix>[i].field"), so that rule sets from several sources (a global
+ * rules file, a schema's "x-retort") can be told apart. */
+rules *rules_compile_prefix(const cJSON *spec, const char *prefix, char *err, size_t errlen);
 void rules_free(rules *r); /* accepts NULL */
 
 /* Number of rules in r (0 for NULL). */

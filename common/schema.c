@@ -314,9 +314,11 @@ static int json_equal(const cJSON *a, const cJSON *b)
     case cJSON_Object: {
         if (json_count(a) != json_count(b))
             return 0;
-        for (const cJSON *x = a->child; x; x = x->next) {
-            const cJSON *y = json_member(b, x->string);
-            if (!y || !json_equal(x, y))
+        /* same key order (the usual case) is linear; otherwise look up */
+        const cJSON *y = b->child;
+        for (const cJSON *x = a->child; x; x = x->next, y = y ? y->next : NULL) {
+            const cJSON *m = (y && strcmp(x->string, y->string) == 0) ? y : json_member(b, x->string);
+            if (!m || !json_equal(x, m))
                 return 0;
         }
         return 1;
@@ -364,8 +366,21 @@ static void fmt_num(double d, char *buf, size_t n)
         snprintf(buf, n, "%s", isnan(d) ? "NaN" : (d > 0 ? "1e999" : "-1e999"));
         return;
     }
-    if (d == floor(d) && fabs(d) < 1e17) {
-        snprintf(buf, n, "%.0f", d);
+    if (d == floor(d) && fabs(d) < 1e17 && n >= 24) {
+        /* integers (most numbers in practice) without printf */
+        long long v = (long long)d;
+        char digits[24];
+        size_t nd = 0, o = 0;
+        unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+        do {
+            digits[nd++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0 || (v == 0 && signbit(d)))
+            buf[o++] = '-';
+        while (nd)
+            buf[o++] = digits[--nd];
+        buf[o] = '\0';
         return;
     }
     for (int p = 15; p <= 17; p++) {
@@ -1829,6 +1844,8 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
         const char *k = m->string;
         if (!kw_enabled(k, d))
             continue;
+        if (cJSON_GetObjectItemCaseSensitive(js, k) != m)
+            continue; /* duplicate key in the schema: the first one counts */
         v = m;
         if (strcmp(k, "$ref") == 0) {
             parse_ref(c, ci, n, v, 0);
@@ -2405,6 +2422,11 @@ typedef struct vctx {
 
 static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev);
 
+/* Keyword checks are kept out of eval() so that its frame, which is on
+ * the recursion path once per nesting level, stays small. */
+#define COLD __attribute__((noinline, cold))
+#define NOINLINE __attribute__((noinline))
+
 static void push_key(vctx *c, const char *key)
 {
     c->path[c->npath].key = key;
@@ -2448,7 +2470,14 @@ static char *path_string(const vctx *c)
                 }
             }
         } else {
-            w += sprintf(w, "%zu", c->path[i].idx);
+            char digits[24];
+            size_t nd = 0, v = c->path[i].idx;
+            do {
+                digits[nd++] = (char)('0' + v % 10);
+                v /= 10;
+            } while (v);
+            while (nd)
+                *w++ = digits[--nd];
         }
     }
     *w = '\0';
@@ -2525,14 +2554,19 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
     r.v.keyword_location = join_loc(n->loc, kw);
     r.v.expected = expected;
     r.v.actual = inst ? json_snippet(inst, SNIPPET_MAX) : NULL;
+    char buf[512];
     va_list ap;
     va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
+    int len = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     if (len >= 0 && (r.v.message = malloc((size_t)len + 1)) != NULL) {
-        va_start(ap, fmt);
-        vsnprintf(r.v.message, (size_t)len + 1, fmt, ap);
-        va_end(ap);
+        if ((size_t)len < sizeof buf) {
+            memcpy(r.v.message, buf, (size_t)len + 1);
+        } else {
+            va_start(ap, fmt);
+            vsnprintf(r.v.message, (size_t)len + 1, fmt, ap);
+            va_end(ap);
+        }
     }
     push_rec(c, &r);
     return 0;
@@ -2627,7 +2661,7 @@ static int string_info(vctx *c, const cJSON *inst, size_t *len, long long *cps)
     return c->str_cps >= 0;
 }
 
-static int bad_utf8(vctx *c, const node *n, const char *kw, const cJSON *inst)
+static int bad_utf8(vctx *c, const node *n, const char *kw)
 {
     return report(c, n, kw, SCHEMA_INVALID_VALUE, NULL, NULL, "string is not valid UTF-8");
 }
@@ -2639,7 +2673,7 @@ static char *num_text(double d)
     return strdup(buf);
 }
 
-static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
+NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (!IS_NUMBER(inst))
         return 1;
@@ -2684,7 +2718,7 @@ static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
     }
 }
 
-static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
+NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (!IS_STRING(inst))
         return 1;
@@ -2693,7 +2727,7 @@ static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
     switch (k) {
     case K_MIN_LENGTH:
         if (!string_info(c, inst, &len, &cps))
-            return bad_utf8(c, n, "minLength", inst);
+            return bad_utf8(c, n, "minLength");
         if ((uint64_t)cps >= n->min_length)
             return 1;
         return report(c, n, "minLength", SCHEMA_TOO_SHORT, inst, num_text((double)n->min_length),
@@ -2701,7 +2735,7 @@ static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
                       cps == 1 ? "" : "s", (unsigned long long)n->min_length);
     case K_MAX_LENGTH:
         if (!string_info(c, inst, &len, &cps))
-            return bad_utf8(c, n, "maxLength", inst);
+            return bad_utf8(c, n, "maxLength");
         if ((uint64_t)cps <= n->max_length)
             return 1;
         return report(c, n, "maxLength", SCHEMA_TOO_LONG, inst, num_text((double)n->max_length),
@@ -2709,7 +2743,7 @@ static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
                       (unsigned long long)n->max_length);
     case K_PATTERN: {
         if (!string_info(c, inst, &len, &cps))
-            return bad_utf8(c, n, "pattern", inst);
+            return bad_utf8(c, n, "pattern");
         int r = schema_regex_match(n->pattern, inst->valuestring, len);
         if (r < 0)
             return limit(c, "regular expression %s hit its match limit at %s/pattern",
@@ -2721,7 +2755,7 @@ static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
     }
     default: { /* K_FORMAT */
         if (!string_info(c, inst, &len, &cps))
-            return bad_utf8(c, n, "format", inst);
+            return bad_utf8(c, n, "format");
         if (schema_format_check(n->fmt, inst->valuestring, len))
             return 1;
         return report(c, n, "format", SCHEMA_FORMAT_MISMATCH, inst,
@@ -2778,7 +2812,7 @@ static int b64_decode(const char *s, size_t n, char **out, size_t *outlen)
     return 0;
 }
 
-static int kw_content(vctx *c, const node *n, const cJSON *inst)
+NOINLINE static int kw_content(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_STRING(inst))
         return 1;
@@ -2804,7 +2838,7 @@ static int kw_content(vctx *c, const node *n, const cJSON *inst)
                   json_string_text("application/json"), "string content is not a valid JSON document");
 }
 
-static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
+NOINLINE static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (!IS_ARRAY(inst))
         return 1;
@@ -2842,7 +2876,7 @@ static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
     return ok;
 }
 
-static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset *ev)
+NOINLINE static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (!IS_ARRAY(inst))
         return 1;
@@ -2883,39 +2917,55 @@ static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset *ev)
     return 1;
 }
 
-static int kw_unique(vctx *c, const node *n, const cJSON *inst)
+typedef struct hidx {
+    uint64_t h;
+    size_t i;
+    const cJSON *v;
+} hidx;
+
+static int cmp_hidx(const void *a, const void *b)
+{
+    const hidx *x = a, *y = b;
+    if (x->h != y->h)
+        return x->h < y->h ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+NOINLINE static int kw_unique(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_ARRAY(inst))
         return 1;
     size_t cnt = json_count(inst);
     if (cnt < 2)
         return 1;
-    uint64_t hs_inl[32];
-    uint64_t *hs = cnt <= 32 ? hs_inl : malloc(cnt * sizeof *hs);
+    hidx inl[32];
+    hidx *hs = cnt <= 32 ? inl : malloc(cnt * sizeof *hs);
     if (!hs)
         return limit(c, "out of memory checking uniqueItems");
     size_t i = 0;
-    for (const cJSON *a = inst->child; a; a = a->next)
-        hs[i++] = json_hash(a);
-    /* quadratic on hashes (cheap integers); equal hashes confirm with
-     * json_equal */
-    size_t ia = 0;
-    int ok = 1;
-    size_t dup_a = 0, dup_b = 0;
-    for (const cJSON *a = inst->child; a && ok; a = a->next, ia++) {
-        size_t ib = ia + 1;
-        for (const cJSON *b = a->next; b; b = b->next, ib++) {
-            if (hs[ia] == hs[ib] && json_equal(a, b)) {
-                ok = 0;
-                dup_a = ia;
-                dup_b = ib;
-                break;
-            }
-        }
+    for (const cJSON *a = inst->child; a; a = a->next, i++)
+        hs[i] = (hidx){ json_hash(a), i, a };
+    /* sorted by hash, equal values are neighbours within a run of equal
+     * hashes: n log n instead of n^2 on hostile input */
+    qsort(hs, cnt, sizeof *hs, cmp_hidx);
+    size_t dup_a = 0, dup_b = SIZE_MAX;
+    for (size_t r = 0; r < cnt;) {
+        size_t e = r + 1;
+        while (e < cnt && hs[e].h == hs[r].h)
+            e++;
+        for (size_t x = r; x < e; x++)
+            for (size_t y = x + 1; y < e; y++)
+                if (hs[y].i < dup_b && json_equal(hs[x].v, hs[y].v)) {
+                    dup_a = hs[x].i < hs[y].i ? hs[x].i : hs[y].i;
+                    dup_b = hs[x].i < hs[y].i ? hs[y].i : hs[x].i;
+                }
+        if (dup_b != SIZE_MAX && !c->record)
+            break;
+        r = e;
     }
-    if (hs != hs_inl)
+    if (hs != inl)
         free(hs);
-    if (ok)
+    if (dup_b == SIZE_MAX)
         return 1;
     return report(c, n, "uniqueItems", SCHEMA_NOT_UNIQUE, NULL, NULL,
                   "array items %zu and %zu are equal; items must be unique", dup_a, dup_b);
@@ -2951,7 +3001,7 @@ static int key_utf8_ok(const char *k)
     return utf8_count(k, strlen(k)) >= 0;
 }
 
-static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
+NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (!IS_OBJECT(inst))
         return 1;
@@ -3054,7 +3104,7 @@ static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
     return ok;
 }
 
-static int kw_required(vctx *c, const node *n, const cJSON *inst)
+NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_OBJECT(inst))
         return 1;
@@ -3080,7 +3130,7 @@ static int kw_required(vctx *c, const node *n, const cJSON *inst)
     return ok;
 }
 
-static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
+NOINLINE static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_OBJECT(inst))
         return 1;
@@ -3102,7 +3152,7 @@ static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
     return ok;
 }
 
-static int kw_dep_schemas(vctx *c, const node *n, const cJSON *inst, evset *ev)
+NOINLINE static int kw_dep_schemas(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (!IS_OBJECT(inst))
         return 1;
@@ -3122,7 +3172,7 @@ static int kw_dep_schemas(vctx *c, const node *n, const cJSON *inst, evset *ev)
     return ok;
 }
 
-static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
+NOINLINE static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_OBJECT(inst))
         return 1;
@@ -3158,7 +3208,7 @@ static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
     return ok;
 }
 
-static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
+NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (k == K_MAX_ITEMS || k == K_MIN_ITEMS) {
         if (!IS_ARRAY(inst))
@@ -3188,7 +3238,7 @@ static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
     return 1;
 }
 
-static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *inst)
+NOINLINE static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (k == K_CONST) {
         if (json_equal(inst, n->const_val))
@@ -3356,7 +3406,7 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
     free(keep);
 }
 
-static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset *ev)
+NOINLINE static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset *ev)
 {
     node *const *br = one ? n->one_of : n->any_of;
     size_t nb = one ? n->n_one_of : n->n_any_of;
@@ -3404,8 +3454,8 @@ static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset
         return report(c, n, kw, SCHEMA_NO_MATCH, NULL, NULL,
                       "value matches more than one alternative of oneOf (#%zu and #%zu); exactly one must match",
                       v1, v2);
-    size_t ends_inl[32];
-    size_t *ends = nb <= 32 ? ends_inl : malloc(nb * sizeof *ends);
+    size_t ends_inl[8];
+    size_t *ends = nb <= 8 ? ends_inl : malloc(nb * sizeof *ends);
     if (!ends)
         return limit(c, "out of memory");
     size_t base = c->nrec;
@@ -3424,7 +3474,7 @@ static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset
     return 0;
 }
 
-static int kw_not(vctx *c, const node *n, const cJSON *inst)
+NOINLINE static int kw_not(vctx *c, const node *n, const cJSON *inst)
 {
     int saved = c->record;
     c->record = 0;
@@ -3437,7 +3487,7 @@ static int kw_not(vctx *c, const node *n, const cJSON *inst)
     return report(c, n, "not", SCHEMA_NO_MATCH, inst, NULL, "value must not match the schema in \"not\"");
 }
 
-static int kw_if(vctx *c, const node *n, const cJSON *inst, evset *ev)
+NOINLINE static int kw_if(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     evset t;
     evset *tp = NULL;
@@ -3462,7 +3512,7 @@ static int kw_if(vctx *c, const node *n, const cJSON *inst, evset *ev)
     return eval(c, next, inst, ev);
 }
 
-static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, evset *ev)
+NOINLINE static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, evset *ev)
 {
     int ok = 1;
     size_t i = 0;
@@ -3516,7 +3566,7 @@ static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, evset *ev
     return ok;
 }
 
-static int kw_dynref(vctx *c, const node *n, const cJSON *inst, evset *ev)
+NOINLINE static int kw_dynref(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     const node *target = n->dynref;
     if (n->dyn_name) {
@@ -3532,6 +3582,16 @@ static int kw_dynref(vctx *c, const node *n, const cJSON *inst, evset *ev)
     }
 found:
     return eval(c, target, inst, ev);
+}
+
+COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!c->record)
+        return;
+    char list[128];
+    type_list(n->types, list, sizeof list);
+    report(c, n, "type", SCHEMA_WRONG_TYPE, inst, xstrdup(n->type_text), "expected %s, got %s", list,
+           inst_type_name(inst));
 }
 
 static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
@@ -3574,12 +3634,8 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
         case K_DYNREF: r = kw_dynref(c, n, inst, use); break;
         case K_TYPE:
             r = (n->types & inst_types(inst)) != 0;
-            if (!r) {
-                char list[128];
-                type_list(n->types, list, sizeof list);
-                report(c, n, "type", SCHEMA_WRONG_TYPE, inst, xstrdup(n->type_text), "expected %s, got %s",
-                       list, inst_type_name(inst));
-            }
+            if (!r)
+                report_type(c, n, inst);
             break;
         case K_ENUM:
         case K_CONST: r = kw_enum_const(c, n, k, inst); break;
@@ -3701,12 +3757,44 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
     vctx_init(&c, s, 1);
     r = eval(&c, s->root, instance, NULL);
     if (r < 0) {
-        drop_recs(&c, 0);
-        free(c.recs);
-        set_limit_violation(out, c.limit_msg);
-        return -1;
+        /* The first pass proved the instance invalid before reaching the
+         * limit; reporting went further.  Keep what was found and say why
+         * the list may be incomplete. */
+        vrec lim;
+        memset(&lim, 0, sizeof lim);
+        lim.v.path = strdup("");
+        lim.v.keyword_location = strdup("");
+        lim.v.code = SCHEMA_LIMIT_EXCEEDED;
+        lim.v.message = strdup(c.limit_msg[0] ? c.limit_msg : "validation limit exceeded");
+        c.store_cap = SIZE_MAX;
+        push_rec(&c, &lim);
     }
+    /* The same violation can be found twice (two $refs to one schema, a
+     * schema re-entering itself): report it once. */
+    size_t u = 0;
+    for (size_t i = 0; i < c.nrec; i++) {
+        const schema_violation *x = &c.recs[i].v;
+        int dup = 0;
+        for (size_t j = 0; j < u && !dup; j++) {
+            const schema_violation *y = &c.recs[j].v;
+            dup = strcmp(x->code, y->code) == 0 && x->path && y->path && strcmp(x->path, y->path) == 0 &&
+                  x->keyword_location && y->keyword_location &&
+                  strcmp(x->keyword_location, y->keyword_location) == 0;
+        }
+        if (dup) {
+            free_violation(&c.recs[i].v);
+            continue;
+        }
+        c.recs[u++] = c.recs[i];
+    }
+    c.nrec = u;
     size_t keep = c.nrec < s->max_violations ? c.nrec : s->max_violations;
+    /* a limit note explains an incomplete list: never cut it off */
+    if (keep && keep < c.nrec && strcmp(c.recs[c.nrec - 1].v.code, SCHEMA_LIMIT_EXCEEDED) == 0) {
+        vrec tmp = c.recs[keep - 1];
+        c.recs[keep - 1] = c.recs[c.nrec - 1];
+        c.recs[c.nrec - 1] = tmp;
+    }
     schema_violations_clear(out);
     out->items = keep ? calloc(keep, sizeof *out->items) : NULL;
     if (keep && !out->items)
@@ -3717,10 +3805,6 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
         free_violation(&c.recs[i].v);
     out->count = keep;
     out->total = c.nrec + c.dropped;
-    if (out->total == 0) {
-        /* invalid but nothing recorded (cannot normally happen) */
-        out->total = 0;
-    }
     free(c.recs);
     return 1;
 }

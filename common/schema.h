@@ -53,6 +53,32 @@ typedef struct schema_options {
 #define SCHEMA_TOO_FEW_PROPERTIES  "TOO_FEW_PROPERTIES"  /* minProperties */
 #define SCHEMA_TOO_MANY_PROPERTIES "TOO_MANY_PROPERTIES" /* maxProperties */
 
+/* Reporting conventions (added by the validator):
+ * - path: where the instance is wrong.  MISSING_FIELD is reported on the
+ *   object that lacks the property (expected = the name, as a JSON string);
+ *   UNEXPECTED_FIELD (additionalProperties/unevaluatedProperties/a false
+ *   property schema) on the property itself.
+ * - keyword_location: JSON Pointer of the failing keyword where it is
+ *   written in the root schema ("/$defs/money/required"), not the path of
+ *   $refs that led there; for keywords in other documents it is
+ *   "URI#/pointer".
+ * - expected: the keyword's value as JSON text (a type, enum list, bound,
+ *   pattern, format name); actual: the offending value as JSON text, cut at
+ *   ~200 bytes with "..." appended.
+ * - anyOf/oneOf with no matching alternative: when every alternative fails
+ *   only on its type (or only on a const/enum), one merged WRONG_TYPE
+ *   ("expected string or null") or ENUM_MISMATCH (all allowed values);
+ *   otherwise a NO_MATCH entry followed by the violations of the closest
+ *   alternative only: one not ruled out by a wrong type or a failed
+ *   const/enum on the value or a direct property (a discriminator), then
+ *   the one with the fewest violations.
+ * - order: schema keyword order within a schema object, instance member
+ *   order within properties; identical entries are reported once.
+ * - validation does not allocate when out == NULL, except for scratch
+ *   bitsets/hashes on large inputs (unevaluated* over more than 64 members
+ *   or items, uniqueItems over more than 32 items, more than 64 required
+ *   names); it is bounded to 512 nested schema evaluations and needs under
+ *   256 KB of stack at that depth. */
 typedef struct schema_violation {
     char *path;             /* instance location, JSON Pointer ("" = root) */
     char *keyword_location; /* schema location, e.g. "/properties/a/type" */
@@ -97,7 +123,10 @@ schema *schema_compile_base(schema_registry *reg, const cJSON *doc,
 /* Validates instance (borrowed) against s.  Returns 0 when valid, 1 when
  * invalid (out filled), -1 on an internal error (out has one violation with
  * code LIMIT_EXCEEDED).  out may be NULL to only ask valid/invalid (faster).
- * out must be zero-initialised or cleared before the call. */
+ * out must be zero-initialised or cleared before the call.
+ * Added precision: the answer (0/1/-1) never depends on out.  When the
+ * instance is known invalid but collecting the violations hit a limit, the
+ * result is 1 and the list ends with a LIMIT_EXCEEDED entry. */
 int schema_validate(const schema *s, const cJSON *instance,
                     schema_violations *out);
 

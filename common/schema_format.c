@@ -368,7 +368,7 @@ static void u_init(void)
 static int uis(int cls, uint32_t cp)
 {
     pthread_once(&g_u_once, u_init);
-    if (!g_u[cls])
+    if (!g_u[cls] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
         return 0;
     char buf[4];
     size_t n = utf8_enc(cp, buf);
@@ -1188,8 +1188,41 @@ static int check_rel_json_pointer(const char *s, size_t n)
     return check_json_pointer(s + i, n - i);
 }
 
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t need;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c >= 0xE0 && c <= 0xEF)
+            need = 2;
+        else if (c >= 0xF0 && c <= 0xF4)
+            need = 3;
+        else
+            return 0;
+        if (i + need >= n)
+            return 0;
+        for (size_t k = 1; k <= need; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F) ||
+            (c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F))
+            return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
 int schema_format_check(int id, const char *s, size_t len)
 {
+    if (!utf8_valid((const unsigned char *)s, len))
+        return 0;
     /* an embedded NUL cannot occur in a cJSON string, but a caller could
      * pass a length that includes one */
     if (memchr(s, '\0', len))

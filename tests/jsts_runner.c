@@ -1,6 +1,6 @@
 /* jsts_runner.c - runs the official JSON Schema Test Suite against schema.c.
  *
- * usage: jsts-runner SUITE_DIR [-v] [-k KNOWN_FAILURES]
+ * usage: jsts-runner SUITE_DIR [-v] [-k KNOWN_FAILURES] [--fuzz-corpus DIR]
  *
  * SUITE_DIR holds tests/draft2020-12, tests/draft7 and remotes/ (loaded as
  * http://localhost:1234/).  Required tests are the .json files of tests/<draft>;
@@ -12,6 +12,9 @@
  * Last line: "N passed, N failed" over the required tests.  Exit status 1
  * when a required test fails that tests/jsts-known-failures.txt (lines
  * "draft/file.json|group description|test description") does not list.
+ *
+ * --fuzz-corpus DIR also writes every test as a seed input for
+ * tests/fuzz_schema.c (FLAGS SCHEMA NUL INSTANCE) into DIR.
  */
 #include "schema.h"
 
@@ -25,6 +28,25 @@ typedef struct counts {
 } counts;
 
 static int g_verbose;
+static const char *g_corpus;
+static unsigned g_corpus_n;
+
+static void write_seed(const cJSON *sch, const cJSON *data, int flags)
+{
+    char *a = cJSON_PrintUnformatted(sch), *b = cJSON_PrintUnformatted(data);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/seed-%05u", g_corpus, g_corpus_n++);
+    FILE *f = a && b ? fopen(path, "wb") : NULL;
+    if (f) {
+        fputc(flags, f);
+        fputs(a, f);
+        fputc('\0', f);
+        fputs(b, f);
+        fclose(f);
+    }
+    free(a);
+    free(b);
+}
 static char **g_known;
 static size_t g_nknown;
 
@@ -145,6 +167,8 @@ static void run_file(schema_registry *reg, const char *path, const char *label,
             const char *tdesc = cJSON_GetStringValue(cJSON_GetObjectItem(t, "description"));
             int want = cJSON_IsTrue(cJSON_GetObjectItem(t, "valid"));
             const cJSON *data = cJSON_GetObjectItem(t, "data");
+            if (g_corpus)
+                write_seed(sch, data, (draft == SCHEMA_DRAFT_7 ? 1 : 0) | (format_assert ? 2 : 0));
             int ok = 0;
             char why[600] = "";
             if (!s) {
@@ -182,8 +206,9 @@ static void run_file(schema_registry *reg, const char *path, const char *label,
             int known = is_known(id);
             if (unknown_fail && !known)
                 (*unknown_fail)++;
-            if (g_verbose || (unknown_fail && !known))
-                printf("  FAIL %s%s: %s\n", id, known ? " (known)" : "", why);
+            if (g_verbose || !unknown_fail || !known)
+                printf("  FAIL %s%s: %s\n", id,
+                       !unknown_fail ? " (optional)" : known ? " (known)" : "", why);
         }
         schema_free(s);
     }
@@ -218,11 +243,13 @@ int main(int argc, char **argv)
             g_verbose = 1;
         else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc)
             known = argv[++i];
+        else if (strcmp(argv[i], "--fuzz-corpus") == 0 && i + 1 < argc)
+            g_corpus = argv[++i];
         else
             suite = argv[i];
     }
     if (!suite) {
-        fprintf(stderr, "usage: %s SUITE_DIR [-v] [-k KNOWN_FAILURES]\n", argv[0]);
+        fprintf(stderr, "usage: %s SUITE_DIR [-v] [-k KNOWN_FAILURES] [--fuzz-corpus DIR]\n", argv[0]);
         return 2;
     }
     load_known(known);

@@ -104,6 +104,7 @@ struct state {
     state_op *queue_head, *queue_tail;  /* waiting for a connection */
     size_t pending;                     /* ops not yet completed */
     uv_timer_t reconnect;
+    uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
     state_conn_cb conn_cb;
     void *conn_ud;
@@ -238,11 +239,13 @@ static void ignore_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     if (r && r->type == REDIS_REPLY_ERROR) log_error(NULL, 0, "redis setup: %s", r->str);
 }
 
+static void reconnect_cb(uv_timer_t *t) { connect_now(t->data); }
+
 static void schedule_reconnect(state *st) {
     if (st->closing) return;
     st->backoff_ms = st->backoff_ms ? st->backoff_ms * 2 : 100;
     if (st->backoff_ms > 5000) st->backoff_ms = 5000;
-    uv_timer_start(&st->reconnect, (uv_timer_cb)connect_now, st->backoff_ms, 0);
+    uv_timer_start(&st->reconnect, reconnect_cb, st->backoff_ms, 0);
 }
 
 static void on_connect(const redisAsyncContext *cac, int status) {
@@ -258,6 +261,7 @@ static void on_connect(const redisAsyncContext *cac, int status) {
     }
     st->connected = 1;
     st->backoff_ms = 0;
+    uv_timer_stop(&st->connect_watch);
     /* AUTH and SELECT go first on the connection, before any script. */
     if (st->password && st->password[0])
         redisAsyncCommand(ac, ignore_cb, NULL, "AUTH %s", st->password);
@@ -283,6 +287,19 @@ static void on_disconnect(const redisAsyncContext *cac, int status) {
     schedule_reconnect(st);
 }
 
+/* hiredis 0.14's libuv adapter drops a poll error (a refused connect), so
+ * the connect callback never comes: a connect not done in time is given up
+ * and tried again. */
+static void connect_watch_cb(uv_timer_t *t) {
+    state *st = t->data;
+    if (st->connected || !st->ac) return;
+    log_warn(NULL, 0, "redis %s:%d: no connection; retrying", st->host, st->port);
+    st->ac->data = NULL;
+    redisAsyncFree(st->ac);
+    st->ac = NULL;
+    schedule_reconnect(st);
+}
+
 static void connect_now(state *st) {
     if (st->closing || st->ac) return;
     redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
@@ -296,9 +313,15 @@ static void connect_now(state *st) {
         schedule_reconnect(st);
         return;
     }
+    if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
+        log_warn(NULL, 0, "redis %s:%d: cannot watch the socket; retrying", st->host, st->port);
+        redisAsyncFree(ac);
+        schedule_reconnect(st);
+        return;
+    }
     ac->data = st;
     st->ac = ac;
-    redisLibuvAttach(ac, st->loop);
+    uv_timer_start(&st->connect_watch, connect_watch_cb, 2000, 0);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
 }
@@ -321,6 +344,8 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     st->conn_ud = ud;
     uv_timer_init(loop, &st->reconnect);
     st->reconnect.data = st;
+    uv_timer_init(loop, &st->connect_watch);
+    st->connect_watch.data = st;
     connect_now(st);
     return st;
 }
@@ -330,7 +355,9 @@ size_t state_pending(const state *st) { return st->pending; }
 
 static void st_close_cb(uv_handle_t *h) {
     state *st = h->data;
-    free(st);
+    if (h == (uv_handle_t *)&st->reconnect) st->reconnect.data = NULL;
+    else st->connect_watch.data = NULL;
+    if (!st->reconnect.data && !st->connect_watch.data) free(st);
 }
 
 void state_free(state *st) {
@@ -350,7 +377,9 @@ void state_free(state *st) {
     free(st->password);
     free(st->prefix);
     uv_timer_stop(&st->reconnect);
+    uv_timer_stop(&st->connect_watch);
     uv_close((uv_handle_t *)&st->reconnect, st_close_cb);
+    uv_close((uv_handle_t *)&st->connect_watch, st_close_cb);
 }
 
 static int op_add(state_op *op, const char *s, size_t len) {

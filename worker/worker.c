@@ -20,7 +20,9 @@
 #include "llm_client.h"
 #include "log.h"
 #include "offsets.h"
+#include "plugins.h"
 #include "reflect.h"
+#include "rules.h"
 #include "schema.h"
 #include "state.h"
 #include "util.h"
@@ -37,6 +39,7 @@ typedef struct out_schema {
     cJSON *doc;
     char *text;
     int max_attempts;   /* "x-retort": {"max_attempts": N}; 0: none */
+    rules *rules;       /* "x-retort": {"rules": [...]}; NULL: none */
 } out_schema;
 
 typedef enum wjob_stage {
@@ -110,6 +113,8 @@ struct worker {
     offsets *offs;
     schema_registry *reg;
     schema *envelope;
+    rules *global_rules;     /* rules.file; NULL: none */
+    plugins *plugins;        /* plugins.paths */
     out_schema *schemas;
     size_t nschemas;
     schema_options sopts;
@@ -517,6 +522,20 @@ static void conclude(wjob *j, long retry_after_ms, int should_retry) {
     record_attempt(j);
 }
 
+/* Not-fixable violations go first so that capping the list never hides
+ * them from the decision. */
+static void trim_violations(cJSON *v, size_t max) {
+    int moved = 0;
+    for (int i = 0; i < cJSON_GetArraySize(v); i++) {
+        cJSON *it = cJSON_GetArrayItem(v, i);
+        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(it, "fixable"))) {
+            cJSON_DetachItemViaPointer(v, it);
+            cJSON_InsertItemInArray(v, moved++, it);
+        }
+    }
+    while ((size_t)cJSON_GetArraySize(v) > max) cJSON_DeleteItemFromArray(v, cJSON_GetArraySize(v) - 1);
+}
+
 static void validate_text(wjob *j) {
     worker *w = j->w;
     char err[256];
@@ -531,15 +550,24 @@ static void validate_text(wjob *j) {
     const schema *s = j->os ? j->os->compiled : j->inline_compiled;
     int rc = schema_validate(s, value, &sv);
     if (rc == 0) {
-        j->cat = DECIDE_CAT_OK;
-        j->value = value;
+        /* The schema holds: then the global rules, the schema's rules and
+         * the plugins, all of them, so one repair can fix everything. */
+        size_t nv = rules_check(w->global_rules, value, j->violations);
+        if (j->os) nv += rules_check(j->os->rules, value, j->violations);
+        nv += plugins_check(w->plugins, value, j->job.doc, j->violations);
+        if (nv == 0) {
+            j->cat = DECIDE_CAT_OK;
+            j->value = value;
+            return;
+        }
+        cJSON_Delete(value);
+        trim_violations(j->violations, w->max_violations);
+        j->cat = DECIDE_CAT_INVALID;
         return;
     }
     cJSON_Delete(j->violations);
     j->violations = schema_violations_to_json(&sv);
-    /* Keep the list short enough for a prompt. */
-    while ((size_t)cJSON_GetArraySize(j->violations) > w->max_violations)
-        cJSON_DeleteItemFromArray(j->violations, cJSON_GetArraySize(j->violations) - 1);
+    trim_violations(j->violations, w->max_violations);
     schema_violations_clear(&sv);
     cJSON_Delete(value);
     j->cat = DECIDE_CAT_INVALID;
@@ -926,13 +954,45 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         os->name = strndup(de->d_name, len - 5);
         os->compiled = c;
         os->doc = sd;
+        /* Retort's own settings stay out of what the model is sent. */
+        cJSON *xr = cJSON_DetachItemFromObjectCaseSensitive(sd, "x-retort");
         os->text = cJSON_PrintUnformatted(sd);
-        const cJSON *xr = cJSON_GetObjectItemCaseSensitive(sd, "x-retort");
         const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
         os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;
+        const cJSON *xrules = cJSON_GetObjectItemCaseSensitive(xr, "rules");
+        if (xrules && !(os->rules = rules_compile_prefix(xrules, "x-retort/rules", inner, sizeof(inner)))) {
+            snprintf(err, errlen, "%s: %s", path, inner);
+            cJSON_Delete(xr);
+            closedir(d);
+            return -1;
+        }
+        cJSON_Delete(xr);
     }
     closedir(d);
     log_info(NULL, 0, "loaded %zu output schema(s) from %s", w->nschemas, dir);
+    const char *rules_file = config_get(w->cfg, "rules.file");
+    if (rules_file && rules_file[0]) {
+        f = fopen(rules_file, "rb");
+        if (!f) {
+            snprintf(err, errlen, "rules.file %s: %s", rules_file, strerror(errno));
+            return -1;
+        }
+        sbuf rb = {0};
+        while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&rb, buf, n);
+        fclose(f);
+        cJSON *spec = cJSON_Parse(rb.data ? rb.data : "");
+        sbuf_free(&rb);
+        int parsed = spec != NULL;
+        w->global_rules = parsed ? rules_compile_prefix(spec, "rules", inner, sizeof(inner)) : NULL;
+        cJSON_Delete(spec);
+        if (!w->global_rules) {
+            snprintf(err, errlen, "rules.file %s: %s", rules_file, parsed ? inner : "not JSON");
+            return -1;
+        }
+    }
+    w->plugins = plugins_load(config_get(w->cfg, "plugins.paths"), err, errlen);
+    if (!w->plugins) return -1;
+    if (plugins_count(w->plugins)) log_info(NULL, 0, "loaded %zu validator plugin(s)", plugins_count(w->plugins));
     return 0;
 }
 
@@ -1063,11 +1123,14 @@ out:
     for (size_t i = 0; i < w->nschemas; i++) {
         free(w->schemas[i].name);
         schema_free(w->schemas[i].compiled);
+        rules_free(w->schemas[i].rules);
         cJSON_Delete(w->schemas[i].doc);
         free(w->schemas[i].text);
     }
     free(w->schemas);
     schema_free(w->envelope);
+    rules_free(w->global_rules);
+    plugins_free(w->plugins);
     schema_registry_free(w->reg);
     for (size_t i = 0; i < w->ncritical; i++) free(w->critical[i]);
     free(w->critical);

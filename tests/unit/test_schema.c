@@ -12,6 +12,11 @@
 #include <time.h>
 
 #include "schema.h"
+#include "validate_cli.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static schema *compile_text(const char *text, const schema_options *opts)
 {
@@ -546,6 +551,7 @@ static void test_depth_limit(void **state)
 
 typedef struct thread_arg {
     const schema *s;
+    schema_registry *reg; /* shared, read by concurrent compiles */
     int failures;
 } thread_arg;
 
@@ -554,6 +560,17 @@ static void *validate_many(void *p)
     thread_arg *a = p;
     cJSON *good = cJSON_Parse("{\"name\":\"abc\",\"n\":[1,2,3]}");
     cJSON *bad = cJSON_Parse("{\"name\":\"ABC\",\"n\":[1,\"x\"]}");
+    /* each thread also compiles against the shared registry and uses the
+     * lazily built format tables (IDN host names) */
+    cJSON *doc = cJSON_Parse("{\"properties\":{\"h\":{\"format\":\"idn-hostname\"},"
+                             "\"c\":{\"$ref\":\"https://example.com/c.json\"}}}");
+    schema_options fa = { SCHEMA_DRAFT_2020_12, 1, 0 };
+    char err[256];
+    schema *own = schema_compile(a->reg, doc, &fa, err, sizeof err);
+    cJSON *h_ok = cJSON_Parse("{\"h\":\"\u0628\u0660\u0628.example\",\"c\":\"EU\"}");
+    cJSON *h_bad = cJSON_Parse("{\"h\":\"\u0628\u0660\u06f0\",\"c\":\"eu\"}");
+    if (!own)
+        a->failures++;
     for (int i = 0; i < 2000; i++) {
         schema_violations v = { 0 };
         if (schema_validate(a->s, good, NULL) != 0)
@@ -561,7 +578,18 @@ static void *validate_many(void *p)
         if (schema_validate(a->s, bad, &v) != 1 || v.count != 2)
             a->failures++;
         schema_violations_clear(&v);
+        if (own && (i % 20) == 0) {
+            if (schema_validate(own, h_ok, NULL) != 0)
+                a->failures++;
+            if (schema_validate(own, h_bad, &v) != 1 || v.count != 2)
+                a->failures++;
+            schema_violations_clear(&v);
+        }
     }
+    schema_free(own);
+    cJSON_Delete(doc);
+    cJSON_Delete(h_ok);
+    cJSON_Delete(h_bad);
     cJSON_Delete(good);
     cJSON_Delete(bad);
     return NULL;
@@ -573,15 +601,295 @@ static void test_concurrency(void **state)
     schema *s = compile_text("{\"type\":\"object\",\"properties\":{\"name\":{\"pattern\":\"^[a-z]+$\"},"
                              "\"n\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}}}",
                              NULL);
+    schema_registry *reg = schema_registry_new();
+    cJSON *c = cJSON_Parse("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}");
+    char err[128];
+    assert_int_equal(schema_registry_add(reg, "https://example.com/c.json", c, err, sizeof err), 0);
+    cJSON_Delete(c);
     pthread_t t[2];
-    thread_arg args[2] = { { s, 0 }, { s, 0 } };
+    thread_arg args[2] = { { s, reg, 0 }, { s, reg, 0 } };
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&t[i], NULL, validate_many, &args[i]), 0);
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);
     assert_int_equal(args[0].failures, 0);
     assert_int_equal(args[1].failures, 0);
+    schema_registry_free(reg);
     schema_free(s);
+}
+
+
+static void test_draft7_dependencies_and_items(void **state)
+{
+    (void)state;
+    schema_options d7 = { SCHEMA_DRAFT_7, 0, 0 };
+    schema *s = compile_text("{\"dependencies\":{\"card\":[\"cvv\"],\"vip\":{\"required\":[\"level\"]}},"
+                             "\"properties\":{\"t\":{\"items\":[{\"type\":\"string\"},{\"type\":\"number\"}],"
+                             "\"additionalItems\":false}}}",
+                             &d7);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"card\":1,\"cvv\":2,\"t\":[\"a\",1]}", &v), 0);
+    assert_int_equal(check(s, "{\"card\":1,\"vip\":true,\"t\":[\"a\",1,2]}", &v), 1);
+    assert_int_equal(v.count, 3);
+    assert_string_equal(v.items[0].code, SCHEMA_MISSING_FIELD);
+    assert_string_equal(v.items[0].keyword_location, "/dependencies/card");
+    assert_string_equal(v.items[0].message, "missing property \"cvv\", required when \"card\" is present");
+    assert_string_equal(v.items[1].keyword_location, "/dependencies/vip/required");
+    assert_string_equal(v.items[2].code, SCHEMA_TOO_MANY_ITEMS);
+    assert_string_equal(v.items[2].path, "/t");
+    assert_string_equal(v.items[2].message, "array has 3 items, but only 2 are allowed");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_if_then_else(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"if\":{\"properties\":{\"country\":{\"const\":\"US\"}}},"
+                             "\"then\":{\"properties\":{\"zip\":{\"pattern\":\"^[0-9]{5}$\"}}},"
+                             "\"else\":{\"properties\":{\"zip\":{\"maxLength\":10}}}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"country\":\"US\",\"zip\":\"12345\"}", &v), 0);
+    assert_int_equal(check(s, "{\"country\":\"FR\",\"zip\":\"75001 Paris\"}", &v), 1);
+    assert_string_equal(v.items[0].keyword_location, "/else/properties/zip/maxLength");
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "{\"country\":\"US\",\"zip\":\"7500\"}", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].keyword_location, "/then/properties/zip/pattern");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_property_names_and_unique(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"properties\":{\"m\":{\"propertyNames\":{\"maxLength\":3}},"
+                             "\"u\":{\"uniqueItems\":true}}}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"m\":{\"abc\":1},\"u\":[1,\"1\",[1],{\"a\":1}]}", &v), 0);
+    assert_int_equal(check(s, "{\"m\":{\"abcd\":1},\"u\":[{\"a\":1,\"b\":2},3,{\"b\":2,\"a\":1.0}]}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_string_equal(v.items[0].path, "/m/abcd");
+    assert_string_equal(v.items[0].code, SCHEMA_TOO_LONG);
+    assert_non_null(strstr(v.items[0].message, "property name \"abcd\""));
+    assert_string_equal(v.items[1].code, SCHEMA_NOT_UNIQUE);
+    assert_string_equal(v.items[1].message, "array items 0 and 2 are equal; items must be unique");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_multiple_of_decimals(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *schema, *inst;
+        int want;
+    } cases[] = {
+        { "{\"multipleOf\":0.1}", "0.3", 0 },
+        { "{\"multipleOf\":0.1}", "0.35", 1 },
+        { "{\"multipleOf\":0.0001}", "0.0075", 0 },
+        { "{\"multipleOf\":0.0001}", "0.00751", 1 },
+        { "{\"multipleOf\":1.5}", "4.5", 0 },
+        { "{\"multipleOf\":1.5}", "35", 1 },
+        { "{\"multipleOf\":0.5}", "1e308", 0 },
+        { "{\"multipleOf\":0.123456789}", "1e308", 1 },
+        { "{\"multipleOf\":3}", "-9", 0 },
+        { "{\"multipleOf\":0.01}", "19.99", 0 },
+        { "{\"multipleOf\":0.01}", "123456.78", 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        schema *s = compile_text(cases[i].schema, NULL);
+        cJSON *inst = cJSON_Parse(cases[i].inst);
+        int r = schema_validate(s, inst, NULL);
+        if (r != cases[i].want)
+            fail_msg("%s against %s: got %d", cases[i].inst, cases[i].schema, r);
+        cJSON_Delete(inst);
+        schema_free(s);
+    }
+}
+
+static void test_duplicate_keywords_first_wins(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"properties\":{\"a\":{\"type\":\"string\"}},\"properties\":{\"b\":{}},"
+                             "\"additionalProperties\":false}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"a\":\"x\"}", &v), 0);
+    assert_int_equal(check(s, "{\"b\":1}", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_UNEXPECTED_FIELD);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static void test_limit_after_known_invalid(void **state)
+{
+    (void)state;
+    /* "properties" fails first; the reporting pass then recurses through
+     * the self-$ref into the depth limit: still invalid, with a note */
+    schema *s = compile_text("{\"properties\":{\"a\":{\"type\":\"string\"}},\"$ref\":\"#\"}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"a\":1}", &v), 1);
+    assert_true(v.count >= 2);
+    assert_string_equal(v.items[0].code, SCHEMA_WRONG_TYPE);
+    assert_string_equal(v.items[v.count - 1].code, SCHEMA_LIMIT_EXCEEDED);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
+static char g_tmpdir[64];
+
+static void write_file(const char *name, const char *text)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", g_tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char g_stderr[2048];
+
+static void capture_to(int fdno, const char *path, int *saved)
+{
+    *saved = dup(fdno);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    assert_true(*saved >= 0 && fd >= 0);
+    dup2(fd, fdno);
+    close(fd);
+}
+
+static void slurp_into(const char *path, char *out, size_t outlen)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+/* Runs validate_cli_main with stdout captured into out, stderr into
+ * g_stderr. */
+static int run_cli(char **argv, int argc, char *out, size_t outlen)
+{
+    char po[256], pe[256];
+    snprintf(po, sizeof po, "%s/stdout.txt", g_tmpdir);
+    snprintf(pe, sizeof pe, "%s/stderr.txt", g_tmpdir);
+    fflush(stdout);
+    fflush(stderr);
+    int so, se;
+    capture_to(1, po, &so);
+    capture_to(2, pe, &se);
+    int rc = validate_cli_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(so, 1);
+    dup2(se, 2);
+    close(so);
+    close(se);
+    slurp_into(po, out, outlen);
+    slurp_into(pe, g_stderr, sizeof g_stderr);
+    return rc;
+}
+
+static void test_validate_cli(void **state)
+{
+    (void)state;
+    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/test_schema_XXXXXX");
+    assert_non_null(mkdtemp(g_tmpdir));
+    write_file("s.json", "{\"type\":\"object\",\"required\":[\"id\"],\"properties\":{\"id\":{\"$ref\":\"defs.json#/$defs/id\"}}}");
+    write_file("defs.json", "{\"$defs\":{\"id\":{\"type\":\"integer\",\"minimum\":1}}}");
+    write_file("ok.json", "{\"id\":3}");
+    write_file("bad.json", "{\"id\":0}");
+    write_file("broken.json", "{\"id\":");
+    write_file("badschema.json", "{\"properties\":{\"id\":{\"maxLength\":\"x\"}}}");
+    char s[256], ok[256], bad[256], broken[256], badschema[256], out[4096];
+    snprintf(s, sizeof s, "%s/s.json", g_tmpdir);
+    snprintf(ok, sizeof ok, "%s/ok.json", g_tmpdir);
+    snprintf(bad, sizeof bad, "%s/bad.json", g_tmpdir);
+    snprintf(broken, sizeof broken, "%s/broken.json", g_tmpdir);
+    snprintf(badschema, sizeof badschema, "%s/badschema.json", g_tmpdir);
+
+    char *a1[] = { "validate", s, ok };
+    assert_int_equal(run_cli(a1, 3, out, sizeof out), 0);
+    assert_string_equal(out, "");
+
+    char *a2[] = { "validate", s, ok, bad, broken };
+    assert_int_equal(run_cli(a2, 5, out, sizeof out), 1);
+    /* two JSON lines: the violation of bad.json, NOT_JSON for broken.json */
+    char *nl = strchr(out, '\n');
+    assert_non_null(nl);
+    *nl = '\0';
+    cJSON *l1 = cJSON_Parse(out), *l2 = cJSON_Parse(nl + 1);
+    assert_non_null(l1);
+    assert_non_null(l2);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l1, "instance")), bad);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l1, "code")), "OUT_OF_RANGE");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l1, "path")), "/id");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l2, "instance")), broken);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l2, "code")), "NOT_JSON");
+    cJSON_Delete(l1);
+    cJSON_Delete(l2);
+
+    char *a3[] = { "validate", badschema, ok };
+    assert_int_equal(run_cli(a3, 3, out, sizeof out), 2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(g_stderr, "/properties/id/maxLength: must be a non-negative integer"));
+    char *a4[] = { "validate", "--draft", "5", s };
+    assert_int_equal(run_cli(a4, 4, out, sizeof out), 2);
+    assert_non_null(strstr(g_stderr, "--draft must be 7 or 2020-12"));
+    char *a5[] = { "validate", "--help" };
+    assert_int_equal(run_cli(a5, 2, out, sizeof out), 0);
+    assert_non_null(strstr(out, "usage: retort validate"));
+
+    const char *names[] = { "s.json", "defs.json", "ok.json", "bad.json", "broken.json",
+                            "badschema.json", "stdout.txt", "stderr.txt" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s", g_tmpdir, names[i]);
+        unlink(p);
+    }
+    rmdir(g_tmpdir);
+}
+
+static void test_registry_load_dir(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/test_schema_reg_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char sub[128], p1[160], p2[160];
+    snprintf(sub, sizeof sub, "%s/nested", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(p1, sizeof p1, "%s/nested/name.json", dir);
+    snprintf(p2, sizeof p2, "%s/notes.json", dir);
+    FILE *f = fopen(p1, "w");
+    fputs("{\"type\":\"string\",\"minLength\":2}", f);
+    fclose(f);
+    f = fopen(p2, "w");
+    fputs("this is not json", f); /* skipped, not an error */
+    fclose(f);
+    schema_registry *reg = schema_registry_new();
+    char err[256];
+    assert_int_equal(schema_registry_load_dir(reg, dir, "http://schemas.test/", err, sizeof err), 0);
+    cJSON *doc = cJSON_Parse("{\"$ref\":\"http://schemas.test/nested/name.json\"}");
+    schema *s = schema_compile(reg, doc, NULL, err, sizeof err);
+    assert_non_null(s);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "\"ab\"", &v), 0);
+    assert_int_equal(check(s, "\"a\"", &v), 1);
+    assert_string_equal(v.items[0].keyword_location, "http://schemas.test/nested/name.json#/minLength");
+    schema_violations_clear(&v);
+    schema_free(s);
+    cJSON_Delete(doc);
+    schema_registry_free(reg);
+    assert_int_not_equal(schema_registry_load_dir(NULL, dir, "x", err, sizeof err), 0);
+    unlink(p1);
+    unlink(p2);
+    rmdir(sub);
+    rmdir(dir);
 }
 
 int main(void)
@@ -609,6 +917,14 @@ int main(void)
         cmocka_unit_test(test_regex_limit),
         cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_concurrency),
+        cmocka_unit_test(test_draft7_dependencies_and_items),
+        cmocka_unit_test(test_if_then_else),
+        cmocka_unit_test(test_property_names_and_unique),
+        cmocka_unit_test(test_multiple_of_decimals),
+        cmocka_unit_test(test_duplicate_keywords_first_wins),
+        cmocka_unit_test(test_limit_after_known_invalid),
+        cmocka_unit_test(test_validate_cli),
+        cmocka_unit_test(test_registry_load_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,480 @@
+#!/usr/bin/python3
+"""make bench: the benchmark of the Retort worker on the local stack.
+
+Measures two floors (a bare consume-then-produce relay on the mock broker,
+and a bare libcurl-multi client against the mock LLM) and then, on a fresh
+stack per scenario, one `retort worker` process:
+
+  a_instant     instant LLM answers (default llm.max_inflight)
+  a_instant_hi  the same with llm.max_inflight=1000 (the worker's CPU ceiling)
+  b_200ms       200 ms LLM latency
+  c_2s_10k      2 s LLM latency, llm.max_inflight=10000
+  d_retry30     30% of jobs need one repair (defect=missing_field until=1)
+  scale         scenario (a) with 10x the jobs (BENCH_SCALE=1: 100,000)
+
+Each scenario has a throughput phase (a backlog of jobs; jobs/s, worker CPU
+per job from /proc/PID/stat, peak RSS from VmHWM, jobs in flight) and a
+latency phase (jobs submitted at half the measured rate; the latency the
+worker adds = outcome event time - job submission time - LLM time from the
+Redis attempt records).  Results go to stdout and bench-results.json.
+
+Environment: BENCH_SCALE=1 runs the 100,000-job scale check (default 30,000),
+BENCH_QUICK=1 divides every job count by 5 (a smoke run), BENCH_ONLY=a,c runs
+some scenarios only.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_lib import (BUILD, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
+                       chat_body, job_doc, parse_rfc3339_ms, peak_overlap, percentile, proc_cpu_s,
+                       proc_status_kb)
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+SCALE = os.environ.get("BENCH_SCALE") == "1"
+ONLY = [s for s in os.environ.get("BENCH_ONLY", "").split(",") if s]
+RUN = uuid.uuid4().hex[:6]
+RESULTS = os.path.join(REPO, "bench-results.json")
+PARTITIONS = 24
+
+
+def n(count):
+    return max(200, count // 5) if QUICK else count
+
+
+SCENARIOS = [
+    # name, jobs, directive(i) or None, worker args, nominal LLM ms, sample the mock
+    dict(name="a_instant", jobs=n(10000), latency_ms=0, args=[]),
+    dict(name="a_instant_hi", jobs=n(20000), latency_ms=0, args=["--set", "llm.max_inflight=1000"]),
+    dict(name="b_200ms", jobs=n(4000), latency_ms=200, args=[]),
+    dict(name="c_2s_10k", jobs=n(30000), latency_ms=2000, args=["--set", "llm.max_inflight=10000"]),
+    dict(name="d_retry30", jobs=n(6000), latency_ms=0, args=[], retry_share=0.3),
+]
+SCALE_JOBS = n(100000 if SCALE else 30000)
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# -- floors -------------------------------------------------------------------
+
+def floors():
+    log("== floors (fresh stack, %d partitions)" % PARTITIONS)
+    st = BenchStack(partitions=PARTITIONS)
+    out = {}
+    try:
+        count = n(30000)
+        docs = [job_doc("relay-%s-%d" % (RUN, i), i) for i in range(count)]
+        st.feed(docs)
+        r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
+                            "--count", str(count)], capture_output=True, text=True, timeout=600)
+        relay = json.loads(r.stdout)
+        log("  relay  %6d msgs  %8.0f jobs/s  %5.1f us CPU/msg" %
+            (relay["messages"], relay["jobs_per_s"], relay["cpu_us_per_msg"]))
+        out["relay_jobs_per_s"] = relay["jobs_per_s"]
+        out["relay_cpu_us_per_msg"] = relay["cpu_us_per_msg"]
+
+        # The relay's latency at a paced rate: what Kafka (mock broker plus
+        # librdkafka with the worker's settings) costs a job on its own.
+        m, rate = n(2400), 300
+        lat_docs = [job_doc("relaylat-%s-%d" % (RUN, i), i) for i in range(m)]
+        proc = subprocess.Popen([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
+                                 "--count", str(m + 1)], stdout=subprocess.PIPE, text=True)
+        warm = "relaylat-%s-warm" % RUN
+        st.feed([job_doc(warm, 0)])
+        deadline = time.time() + 30
+        while not st.topic_timestamps("retort.final", {warm}) and time.time() < deadline:
+            time.sleep(0.2)   # the group join of the mock broker takes ~3 s
+        st.feed(lat_docs, rate=rate)
+        proc.communicate(timeout=120)
+        want = {d["job_id"] for d in lat_docs}
+        t_in = st.topic_timestamps("retort.jobs", want)
+        t_out = st.topic_timestamps("retort.final", want)
+        lat = [t_out[k] - t_in[k] for k in want if k in t_in and k in t_out]
+        out["relay_latency_p50_ms"] = percentile(lat, 50)
+        out["relay_latency_p99_ms"] = percentile(lat, 99)
+        log("  relay latency at %d msgs/s: p50 %s ms, p99 %s ms (%d msgs)" %
+            (rate, out["relay_latency_p50_ms"], out["relay_latency_p99_ms"], len(lat)))
+
+        bodies = os.path.join(st.dir, "bodies.txt")
+        bodies_2s = os.path.join(st.dir, "bodies-2s.txt")
+        with open(bodies, "w") as f:
+            for s in SCHEMAS:
+                f.write(chat_body(s, PROMPTS[s]) + "\n")
+        with open(bodies_2s, "w") as f:
+            for s in SCHEMAS:
+                f.write(chat_body(s, PROMPTS[s] + " [[mock latency_ms=2000]]") + "\n")
+        url = st.llm_url + "/v1/chat/completions"
+        for key, path, reqs, conc in (("curl", bodies, n(20000), 64),
+                                      ("curl_2s_c10000", bodies_2s, n(30000), 10000)):
+            l0 = st.llm_stats_light()
+            r = subprocess.run([os.path.join(BUILD, "bench-curl"), "--url", url, "--bodies", path,
+                                "--requests", str(reqs), "--concurrency", str(min(conc, reqs)),
+                                "--api-key", "sk-bench", "--id-prefix", "%s-%s" % (key, RUN)],
+                               capture_output=True, text=True, timeout=600)
+            c = json.loads(r.stdout)
+            l1 = st.llm_stats_light()
+            mock_us = (l1["cpu_user_s"] + l1["cpu_sys_s"] - l0["cpu_user_s"] - l0["cpu_sys_s"]) * 1e6
+            log("  %-15s %6d reqs c=%-5d %8.0f req/s  %5.1f us CPU/req  (mock LLM %5.1f us/req)%s" %
+                (key, c["requests"], c["concurrency"], c["req_per_s"], c["cpu_us_per_req"],
+                 mock_us / max(1, c["requests"]), "" if not c["errors"] else "  %d ERRORS" % c["errors"]))
+            out["%s_cpu_us_per_req" % key] = c["cpu_us_per_req"]
+            out["%s_req_per_s" % key] = c["req_per_s"]
+            out["%s_errors" % key] = c["errors"]
+            out["%s_mock_llm_cpu_us_per_req" % key] = round(mock_us / max(1, c["requests"]), 1)
+    finally:
+        st.close()
+    return out
+
+
+# -- one scenario ---------------------------------------------------------------
+
+def directive_for(sc, i):
+    parts = []
+    if sc.get("latency_ms"):
+        parts.append("latency_ms=%d" % sc["latency_ms"])
+    share = sc.get("retry_share", 0)
+    if share and (i % 100) < share * 100:
+        parts.append("defect=missing_field until=1")
+    return " ".join(parts) or None
+
+
+def wait_done(st, ids, timeout, label, wpid):
+    """Waits until every id has an outcome; returns the wall time it was
+    noticed (or None on timeout).  st.phase_done counts the ids done so far
+    (the backlog feeder reads it)."""
+    t0 = time.time()
+    last = t0
+    c_last = proc_cpu_s(wpid)
+    n_last = 0
+    st.phase_done = len(ids & st.done)
+    while True:
+        st.phase_done += sum(1 for jid in st.poll_new() if jid in ids)
+        got = st.phase_done
+        now = time.time()
+        if got >= len(ids):
+            return now
+        if now - t0 > timeout:
+            log("  %s: TIMEOUT with %d/%d outcomes" % (label, got, len(ids)))
+            return None
+        if now - last >= 5:
+            c = proc_cpu_s(wpid)
+            log("  %s: %d/%d outcomes, %.0f jobs/s, worker CPU %.0f%%" %
+                (label, got, len(ids), (got - n_last) / (now - last), 100 * (c - c_last) / (now - last)))
+            last, c_last, n_last = now, c, got
+        time.sleep(0.2)
+
+
+def feed_backlog(st, docs, limit=40000, chunk=10000):
+    """Produces docs in chunks, keeping at most `limit` submitted jobs
+    without an outcome (the mock broker keeps 100,000 messages or 5 MiB per
+    partition), from a thread so the wait loop sees progress."""
+    import threading
+
+    def run():
+        sent = 0
+        while sent < len(docs):
+            while sent - st.phase_done >= limit:
+                time.sleep(0.05)
+            st.feed(docs[sent:sent + chunk])
+            sent += chunk
+    st.phase_done = 0
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def outcome_table(st, ids):
+    """job id -> (topic, ts, value) of the first outcome event."""
+    res = {}
+    for t in st.tails:
+        for ts, v in t.events(ids):
+            jid = v.get("job_id")
+            if jid in ids and jid not in res:
+                res[jid] = (t.topic, ts, v)
+    return res
+
+
+def latency_phase(st, sc, w, res):
+    """Jobs submitted at half the measured rate: the latency the worker adds
+    = outcome event time - submission time - LLM time (Redis records)."""
+    name = sc["name"]
+    rate = max(5.0, res["jobs_per_s"] / 2)
+    m = int(min(max(n(500), rate * 8), n(10000)))
+    lat_ids_list = ["%s-lat-%s-%06d" % (name, RUN, i) for i in range(m)]
+    lat_docs = [job_doc(jid, i, directive_for(sc, i)) for i, jid in enumerate(lat_ids_list)]
+    lat_ids = set(lat_ids_list)
+    log("  %s: latency phase, %d jobs at %.0f jobs/s" % (name, m, rate))
+    feed = st.feed(lat_docs, rate=rate)
+    wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
+    lat_outs = outcome_table(st, lat_ids)
+    sub = st.topic_timestamps("retort.jobs", lat_ids)
+    lat_hist = st.history(lat_ids)
+    added, e2e, llm_ms, nominal_added = [], [], [], []
+    for jid, (tp, ts, v) in lat_outs.items():
+        created, recs = lat_hist.get(jid, (None, []))
+        if jid not in sub or not recs:
+            continue
+        llm = sum(float(r.get("llm_latency_ms") or 0) for r in recs)
+        total = ts - sub[jid]
+        e2e.append(total)
+        llm_ms.append(llm)
+        added.append(total - llm)
+        nominal_added.append(total - sc.get("latency_ms", 0) * len(recs))
+    res["latency_phase"] = {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"],
+                            "outcomes": len(lat_outs)}
+    res["added_latency_p50_ms"] = round(percentile(added, 50) or 0, 1)
+    res["added_latency_p99_ms"] = round(percentile(added, 99) or 0, 1)
+    res["e2e_latency_p50_ms"] = round(percentile(e2e, 50) or 0, 1)
+    res["e2e_latency_p99_ms"] = round(percentile(e2e, 99) or 0, 1)
+    res["llm_time_p50_ms"] = round(percentile(llm_ms, 50) or 0, 1)
+    res["added_vs_nominal_llm_p50_ms"] = round(percentile(nominal_added, 50) or 0, 1)
+    res["added_vs_nominal_llm_p99_ms"] = round(percentile(nominal_added, 99) or 0, 1)
+
+
+def run_scenario(sc):
+    name = sc["name"]
+    jobs = sc["jobs"]
+    log("== scenario %s: %d jobs, LLM latency %d ms, worker %s" %
+        (name, jobs, sc.get("latency_ms", 0), " ".join(sc["args"]) or "(defaults)"))
+    st = BenchStack(partitions=PARTITIONS)
+    res = {"jobs": jobs, "llm_latency_ms": sc.get("latency_ms", 0), "worker_args": " ".join(sc["args"])}
+    try:
+        st.start_tails()
+        w = st.start_worker(*sc["args"], name="w-" + name)
+        # Warm-up: the group join, topic metadata, the first connections.
+        warm = [job_doc("warm-%s-%s-%d" % (name, RUN, i), i, directive_for(sc, i) if i else None)
+                for i in range(3)]
+        if sc.get("retry_share"):
+            warm.append(job_doc("warm-%s-%s-r" % (name, RUN), 0, "defect=missing_field until=1"))
+        st.feed(warm)
+        if wait_done(st, {d["job_id"] for d in warm}, 60, "warm-up", w.pid) is None:
+            raise RuntimeError("warm-up jobs got no outcome; worker log:\n" + st.worker_log(w.name)[-3000:])
+        time.sleep(1.0)
+        c_idle0, t_idle0 = proc_cpu_s(w.pid), time.time()
+        time.sleep(2.0)
+        res["idle_cpu_pct"] = round(100 * (proc_cpu_s(w.pid) - c_idle0) / (time.time() - t_idle0), 2)
+        rss_idle = proc_status_kb(w.pid, "VmRSS")
+        res["rss_idle_mb"] = round(rss_idle / 1024, 1)
+
+        # ---- throughput phase: a backlog of jobs
+        ids_list = ["%s-%s-%06d" % (name, RUN, i) for i in range(jobs)]
+        docs = [job_doc(jid, i, directive_for(sc, i)) for i, jid in enumerate(ids_list)]
+        ids = set(ids_list)
+        sampler = Sampler(st, w.pid, llm_every=0.5 if sc.get("latency_ms") else 0.0)
+        l0, infra0 = st.llm_stats_light(), st.proc_cpu()
+        c0 = proc_cpu_s(w.pid)
+        t0 = time.time()
+        sampler.start()
+        feeder = feed_backlog(st, docs)
+        t_seen = wait_done(st, ids, max(180, jobs / 20), name, w.pid)
+        c1 = proc_cpu_s(w.pid)
+        sampler.stop()
+        feeder.join(5)
+        l1, infra1 = st.llm_stats_light(), st.proc_cpu()
+        res["complete"] = t_seen is not None
+        outs = outcome_table(st, ids)
+        t_last = max(ts for _, ts, _ in outs.values()) / 1000.0 if outs else time.time()
+        elapsed = max(1e-3, t_last - t0)
+        res["elapsed_s"] = round(elapsed, 2)
+        res["jobs_per_s"] = round(len(outs) / elapsed, 1)
+        res["cpu_us_per_job"] = round((c1 - c0) * 1e6 / max(1, len(outs)), 1)
+        res["worker_cpu_pct"] = round(100 * (c1 - c0) / elapsed, 1)
+        hwm = proc_status_kb(w.pid, "VmHWM")
+        res["rss_peak_mb"] = round(hwm / 1024, 1)
+        res["worker_threads_max"] = sampler.threads_max
+        res["worker_fds_max"] = sampler.fds_max or None
+        llm_cpu = l1["cpu_user_s"] + l1["cpu_sys_s"] - l0["cpu_user_s"] - l0["cpu_sys_s"]
+        res["llm_requests"] = int(l1["requests"] - l0["requests"])
+        res["mock_llm_cpu_us_per_job"] = round(llm_cpu * 1e6 / max(1, len(outs)), 1)
+        res["mock_llm_cpu_pct"] = round(100 * llm_cpu / elapsed, 1)
+        for k in ("redis", "kafka"):
+            d = infra1[k] - infra0[k]
+            res["%s_cpu_us_per_job" % k] = round(d * 1e6 / max(1, len(outs)), 1)
+            res["%s_cpu_pct" % k] = round(100 * d / elapsed, 1)
+
+        hist = st.history(ids)
+        finals = sum(1 for tp, _, _ in outs.values() if tp == "retort.final")
+        res["finals"] = finals
+        res["escalations"] = len(outs) - finals
+        res["missing"] = len(ids) - len(outs)
+        res["duplicates"] = st.duplicates(ids)
+        attempts = {}
+        for _, _, v in outs.values():
+            attempts[v.get("attempts")] = attempts.get(v.get("attempts"), 0) + 1
+        res["attempts_histogram"] = {str(k): attempts[k] for k in sorted(attempts, key=lambda x: x or 0)}
+        if res["escalations"]:
+            reasons = {}
+            for tp, _, v in outs.values():
+                if tp != "retort.final":
+                    key = "%s: %s" % (v.get("category"), v.get("reason"))
+                    reasons[key] = reasons.get(key, 0) + 1
+            res["escalation_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:5])
+            for tp, _, v in outs.values():
+                if tp != "retort.final":
+                    res["escalation_sample"] = {"job_id": v.get("job_id"), "reason": v.get("reason"),
+                                                "violations": v.get("violations")}
+                    break
+        # Jobs in flight: the most jobs between their first Redis BEGIN and
+        # their outcome event (per attempt for retried jobs), and the most
+        # calls the mock LLM held at once.
+        intervals, in_worker = [], []
+        for jid, (tp, ts, v) in outs.items():
+            created, recs = hist.get(jid, (None, []))
+            if not recs or created is None:
+                continue
+            llm = sum(float(r.get("llm_latency_ms") or 0) for r in recs)
+            in_worker.append(ts - created - llm)
+            for k, rec in enumerate(recs):
+                a = created if k == 0 else parse_rfc3339_ms(rec["started_at"])
+                b = ts if k == len(recs) - 1 else parse_rfc3339_ms(rec["finished_at"])
+                intervals.append((a, b))
+        res["inflight_peak_jobs"] = peak_overlap(intervals)
+        res["inflight_peak_llm_calls"] = sampler.suspended_max if sc.get("latency_ms") else None
+        res["inflight_peak"] = max(res["inflight_peak_jobs"], sampler.suspended_max)
+        res["rss_per_inflight_kb"] = round((hwm - rss_idle) / max(1, res["inflight_peak"]), 1)
+        res["backlog_in_worker_p50_ms"] = round(percentile(in_worker, 50) or 0, 1)
+        res["backlog_in_worker_p99_ms"] = round(percentile(in_worker, 99) or 0, 1)
+
+        if not sc.get("no_latency_phase"):
+            latency_phase(st, sc, w, res)
+
+        # ---- stop and look at the log
+        rc = st.stop_worker(w, timeout=60)
+        res["worker_exit"] = rc
+        text = st.worker_log(w.name)
+        res["log_warnings"] = text.count('"level":"warn"')
+        res["log_errors"] = text.count('"level":"error"')
+        for line in text.splitlines():
+            if "stopping:" in line:
+                res["worker_summary"] = json.loads(line).get("msg")
+        if res["log_warnings"] or res["log_errors"]:
+            sample = [l for l in text.splitlines() if '"level":"warn"' in l or '"level":"error"' in l][:3]
+            res["log_sample"] = sample
+    finally:
+        st.close()
+    log("  %s: %.0f jobs/s, %.0f us CPU/job, added latency p50 %.1f ms p99 %.1f ms, "
+        "RSS peak %.1f MB (idle %.1f), in flight peak %d, %d final, %d escalated, %d missing, %d duplicate" %
+        (name, res.get("jobs_per_s", 0), res.get("cpu_us_per_job", 0), res.get("added_latency_p50_ms", 0),
+         res.get("added_latency_p99_ms", 0), res.get("rss_peak_mb", 0), res.get("rss_idle_mb", 0),
+         res.get("inflight_peak", 0), res.get("finals", 0), res.get("escalations", 0),
+         res.get("missing", 0), res.get("duplicates", 0)))
+    return res
+
+
+# -- report -----------------------------------------------------------------------
+
+def report(results):
+    fl = results["floors"]
+    sc = results["scenarios"]
+    log("")
+    log("== results (%s; 2 cores shared by the worker, redis, the mock broker, the mock LLM and the bench)" %
+        time.strftime("%Y-%m-%d %H:%M"))
+    log("floors: relay %.0f jobs/s (%.1f us CPU/msg, latency p50 %s ms p99 %s ms); "
+        "curl %.1f us CPU/req at c=64, %.1f us at c=10000 / 2 s" %
+        (fl.get("relay_jobs_per_s", 0), fl.get("relay_cpu_us_per_msg", 0), fl.get("relay_latency_p50_ms"),
+         fl.get("relay_latency_p99_ms"), fl.get("curl_cpu_us_per_req", 0),
+         fl.get("curl_2s_c10000_cpu_us_per_req", 0)))
+    cols = [("jobs/s", "jobs_per_s", "%8.0f"), ("us CPU/job", "cpu_us_per_job", "%10.0f"),
+            ("add p50 ms", "added_latency_p50_ms", "%10.1f"), ("add p99 ms", "added_latency_p99_ms", "%10.1f"),
+            ("RSS MB", "rss_peak_mb", "%7.1f"), ("KB/inflight", "rss_per_inflight_kb", "%11.1f"),
+            ("inflight", "inflight_peak", "%8d"), ("LLM us/job", "mock_llm_cpu_us_per_job", "%10.0f"),
+            ("redis us/job", "redis_cpu_us_per_job", "%12.0f"), ("final/esc/miss", None, "%s")]
+    log("%-14s " % "scenario" + " ".join(("%" + str(max(len(h), 8)) + "s") % h for h, _, _ in cols))
+    for name, r in sc.items():
+        cells = []
+        for h, k, f in cols:
+            if k is None:
+                v = "%d/%d/%d" % (r.get("finals", 0), r.get("escalations", 0), r.get("missing", 0))
+                cells.append(("%" + str(max(len(h), 8)) + "s") % v)
+            else:
+                v = r.get(k)
+                cells.append((f % v) if v is not None else ("%" + str(max(len(h), 8)) + "s") % "-")
+        log("%-14s " % name + " ".join(cells))
+    rl = fl.get("relay_latency_p50_ms")
+    for name, r in sc.items():
+        extra = "worker CPU %s%% of a core, mock LLM %s%%, redis %s%%, mock broker %s%%" % (
+            r.get("worker_cpu_pct"), r.get("mock_llm_cpu_pct"), r.get("redis_cpu_pct"), r.get("kafka_cpu_pct"))
+        if r.get("added_latency_p50_ms") is not None and "latency_phase" in r and rl is not None:
+            extra += "; added p50 %.0f ms = relay floor %.0f ms + %.0f ms" % (
+                r["added_latency_p50_ms"], rl, r["added_latency_p50_ms"] - rl)
+        log("  %-12s %s" % (name, extra))
+    t = results["targets"]
+    log("")
+    for k, v in t.items():
+        log("target %-40s %s" % (k, v))
+
+
+def targets(results):
+    fl, sc = results["floors"], results["scenarios"]
+    out = {}
+    curl = fl.get("curl_cpu_us_per_req")
+    for name in ("a_instant", "a_instant_hi", "b_200ms", "d_retry30"):
+        if name in sc and curl:
+            v = sc[name]["cpu_us_per_job"]
+            out["cpu/job <= 2x curl (%s)" % name] = "%s (%.0f us vs %.0f us = 2 x %.1f)" % (
+                "MET" if v <= 2 * curl else "NOT MET", v, 2 * curl, curl)
+    c2 = fl.get("curl_2s_c10000_cpu_us_per_req")
+    if "c_2s_10k" in sc and c2:
+        v = sc["c_2s_10k"]["cpu_us_per_job"]
+        out["cpu/job <= 2x curl (c_2s_10k vs curl c=10000)"] = "%s (%.0f us vs %.0f us)" % (
+            "MET" if v <= 2 * c2 else "NOT MET", v, 2 * c2)
+    if "c_2s_10k" in sc:
+        p = sc["c_2s_10k"]["inflight_peak"]
+        out["10,000 in flight (c_2s_10k)"] = "%s (peak %d)" % ("MET" if p >= 9500 else "NOT MET", p)
+    if "d_retry30" in sc:
+        d = sc["d_retry30"]
+        out["retried jobs end final (d_retry30)"] = "%s (%d final, %d escalated)" % (
+            "MET" if d["escalations"] == 0 and d["missing"] == 0 else "NOT MET", d["finals"], d["escalations"])
+    every = all(r.get("missing", 1) == 0 and r.get("duplicates", 1) == 0 for r in sc.values())
+    out["every job exactly one outcome"] = "MET" if every else "NOT MET"
+    if "a_instant" in sc and "scale" in sc:
+        a, s = sc["a_instant"], sc["scale"]
+        ratio_cpu = s["cpu_us_per_job"] / max(1e-9, a["cpu_us_per_job"])
+        ratio_rss = s["rss_peak_mb"] / max(1e-9, a["rss_peak_mb"])
+        out["flat per-job cost at %dx jobs" % (s["jobs"] // a["jobs"])] = "%s (CPU/job x%.2f, RSS peak x%.2f)" % (
+            "MET" if ratio_cpu <= 1.25 and ratio_rss <= 1.25 else "NOT MET", ratio_cpu, ratio_rss)
+    if sc:
+        worst = max(sc.values(), key=lambda r: r.get("mock_llm_cpu_pct", 0))
+        out["mock LLM not the bottleneck"] = "%s (max %.0f%% of a core)" % (
+            "MET" if worst.get("mock_llm_cpu_pct", 0) < 60 else "CHECK", worst.get("mock_llm_cpu_pct", 0))
+    return out
+
+
+def main():
+    t_start = time.time()
+    log("== building the floors' clients")
+    build_tools()
+    results = {"floors": {}, "scenarios": {}, "env": {
+        "run": RUN, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
+        "partitions": PARTITIONS, "quick": QUICK, "scale_jobs": SCALE_JOBS}}
+    try:
+        if not ONLY or "floors" in ONLY:
+            results["floors"] = floors()
+        todo = [s for s in SCENARIOS if not ONLY or s["name"] in ONLY or s["name"][0] in ONLY]
+        if not ONLY or "scale" in ONLY:
+            todo.append(dict(name="scale", jobs=SCALE_JOBS, latency_ms=0, args=[], no_latency_phase=True))
+        for sc in todo:
+            results["scenarios"][sc["name"]] = run_scenario(sc)
+            with open(RESULTS, "w") as f:   # partial results survive a crash
+                json.dump(results, f, indent=1)
+    except KeyboardInterrupt:
+        log("interrupted")
+    results["targets"] = targets(results)
+    results["env"]["duration_s"] = round(time.time() - t_start, 1)
+    with open(RESULTS, "w") as f:
+        json.dump(results, f, indent=1)
+    report(results)
+    log("\nwritten %s (%.0f s)" % (RESULTS, time.time() - t_start))
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""Helpers of `make bench` (tests/bench.py): the benchmark stack (the test
+stack plus outcome tails and a paced job feeder), /proc readings, the
+chat-completion bodies the worker sends, and the figures computed from the
+outcome events and the Redis attempt records."""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "integration"))
+from stack import BUILD, REPO, Stack  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SCHEMAS = ["product.v1", "ticket.v1", "invoice.v1"]
+PROMPTS = {
+    "product.v1": "Extract the product listing from: 'Lightweight trail running shoe, breathable mesh, 89.90 EUR, in stock.'",
+    "ticket.v1": "Triage this support email: 'I reset my password twice and still cannot log in. I'm on the Pro plan.'",
+    "invoice.v1": "Extract the invoice fields from the attached text: 'Invoice INV-004211 from Acme Corp (DE), 2026-11-02 ...'",
+}
+# The worker's system message (worker/job.c job_messages, schema sent as
+# response_format so not repeated in the prompt).
+SYSTEM = ("Respond with only one JSON value that conforms to the JSON Schema of this task, "
+          "with no text or code fence around it.")
+JOB_ID_RE = re.compile(rb'"job_id":"([^"]+)"')
+
+
+# -- building the C floors ----------------------------------------------------
+
+def build_tools():
+    """Builds build/bench-curl and build/bench-relay with plain gcc (no
+    Makefile rule needed); only when a source is newer than its binary."""
+    def pc(*pkgs):
+        return subprocess.run(["pkg-config", "--cflags", "--libs"] + list(pkgs), check=True,
+                              capture_output=True, text=True).stdout.split()
+    flags = ["-std=gnu11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra", "-Wshadow", "-Wformat=2"]
+    for src, out, pkgs in (("tests/bench_curl.c", "bench-curl", ("libcurl", "libuv")),
+                           ("tests/bench_relay.c", "bench-relay", ("rdkafka",))):
+        src_p, out_p = os.path.join(REPO, src), os.path.join(BUILD, out)
+        if os.path.exists(out_p) and os.path.getmtime(out_p) >= os.path.getmtime(src_p):
+            continue
+        cmd = ["gcc"] + flags + ["-o", out_p, src_p] + pc(*pkgs)
+        print("  " + " ".join(cmd))
+        subprocess.run(cmd, check=True)
+
+
+# -- /proc ----------------------------------------------------------------------
+
+def proc_cpu_s(pid):
+    """utime + stime of a process (all its threads), seconds."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kb(pid, key):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def proc_threads(pid):
+    return proc_status_kb(pid, "Threads")
+
+
+def proc_fds(pid):
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return 0
+
+
+# -- request bodies -------------------------------------------------------------
+
+def _strict(s, depth=0):
+    """Port of worker/llm_api.c strict_walk: may the schema be sent strict."""
+    if not isinstance(s, dict) or depth > 32:
+        return True if isinstance(s, bool) else depth <= 32
+    props = s.get("properties")
+    if props is not None:
+        if s.get("additionalProperties") is not False:
+            return False
+        req = s.get("required") or []
+        for name, sub in props.items():
+            if name not in req or not _strict(sub, depth + 1):
+                return False
+    for i, key in enumerate(("items", "$defs", "definitions", "anyOf", "allOf", "oneOf")):
+        v = s.get(key)
+        if v is None:
+            continue
+        if isinstance(v, list) or (isinstance(v, dict) and 1 <= i <= 2):
+            subs = v if isinstance(v, list) else list(v.values())
+            if not all(_strict(c, depth + 1) for c in subs):
+                return False
+        elif not _strict(v, depth + 1):
+            return False
+    return True
+
+
+def load_schema(name):
+    with open(os.path.join(REPO, "schemas", "output", name + ".json")) as f:
+        return json.load(f)
+
+
+def chat_body(schema_name, prompt, model="mock-1"):
+    """The body worker/llm_api.c build_openai sends for a prompt job."""
+    schema = load_schema(schema_name)
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", schema_name)[:64] or "output"
+    body = {"model": model,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": name, "schema": schema, "strict": _strict(schema)}}}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def job_doc(job_id, i, directive=None):
+    schema = SCHEMAS[i % len(SCHEMAS)]
+    prompt = PROMPTS[schema]
+    if directive:
+        prompt += " [[mock %s]]" % directive
+    return {"job_id": job_id, "schema": schema, "prompt": prompt}
+
+
+# -- statistics -----------------------------------------------------------------
+
+def percentile(values, p):
+    if not values:
+        return None
+    v = sorted(values)
+    k = min(len(v) - 1, max(0, int(round(p / 100.0 * (len(v) - 1)))))
+    return v[k]
+
+
+def peak_overlap(intervals):
+    """Largest number of [start, end] intervals open at one time."""
+    ev = []
+    for a, b in intervals:
+        ev.append((a, 1))
+        ev.append((max(a, b), -1))
+    ev.sort(key=lambda e: (e[0], e[1]))   # ends before starts at the same ms
+    cur = best = 0
+    for _, d in ev:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def parse_rfc3339_ms(s):
+    # 2026-11-21T23:30:39.719Z (util_rfc3339: always UTC, milliseconds)
+    import calendar
+    t = time.strptime(s[:19], "%Y-%m-%dT%H:%M:%S")
+    ms = int(s[20:23]) if len(s) > 23 and s[19] == "." else 0
+    return calendar.timegm(t) * 1000 + ms
+
+
+# -- the stack ------------------------------------------------------------------
+
+class Tail:
+    """A kcat consumer of one topic, from the beginning, writing
+    `TIMESTAMP<TAB>PAYLOAD` lines to a file that is read incrementally."""
+
+    def __init__(self, bootstrap, topic, path):
+        self.path = path
+        self.topic = topic
+        self.out = open(path, "wb")
+        self.proc = subprocess.Popen(
+            ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-u", "-q",
+             "-f", "%T\t%s\n"], stdout=self.out, stderr=subprocess.DEVNULL)
+        self.rf = open(path, "rb")
+        self.buf = b""
+        self.ids = {}          # job id -> number of events
+
+    def poll(self):
+        """Reads what arrived; returns the ids seen for the first time."""
+        data = self.rf.read()
+        if not data:
+            return []
+        data = self.buf + data
+        lines = data.split(b"\n")
+        self.buf = lines.pop()
+        new = []
+        for line in lines:
+            m = JOB_ID_RE.search(line)
+            if not m:
+                continue
+            jid = m.group(1).decode()
+            n = self.ids.get(jid, 0)
+            self.ids[jid] = n + 1
+            if not n:
+                new.append(jid)
+        return new
+
+    def events(self, want=None):
+        """Every event so far as (timestamp_ms, value dict), optionally only
+        of the job ids in want."""
+        out = []
+        with open(self.path, "rb") as f:
+            for line in f:
+                ts, _, payload = line.rstrip(b"\n").partition(b"\t")
+                if not payload:
+                    continue
+                if want is not None:
+                    m = JOB_ID_RE.search(payload)
+                    if not m or m.group(1).decode() not in want:
+                        continue
+                try:
+                    out.append((int(ts), json.loads(payload)))
+                except ValueError:
+                    continue
+        return out
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.out.close()
+        self.rf.close()
+
+
+class BenchStack(Stack):
+    """The integration stack, plus tails of the outcome topics and a job
+    feeder (build/bench-relay --produce)."""
+
+    def __init__(self, partitions=24, llm_args=()):
+        super().__init__(partitions=partitions, llm_args=llm_args)
+        self.tails = []
+        self.done = set()
+        self.phase_done = 0
+
+    def start_tails(self):
+        for topic in ("retort.final", "retort.escalations"):
+            self.tails.append(Tail(self.bootstrap, topic, os.path.join(self.dir, topic + ".tail")))
+
+    def poll_new(self):
+        """Job ids whose first outcome event arrived since the last call."""
+        new = []
+        for t in self.tails:
+            for jid in t.poll():
+                if jid not in self.done:
+                    self.done.add(jid)
+                    new.append(jid)
+        return new
+
+    def duplicates(self, ids):
+        """Outcome events beyond one per job id, over both topics."""
+        per = {}
+        for t in self.tails:
+            for jid, n in t.ids.items():
+                if jid in ids:
+                    per[jid] = per.get(jid, 0) + n
+        return sum(n - 1 for n in per.values() if n > 1)
+
+    def write_jobs(self, path, docs):
+        with open(path, "wb") as f:
+            for d in docs:
+                v = json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode()
+                f.write(d["job_id"].encode() + b"\x1f" + v + b"\x1e")
+
+    def feed(self, docs, rate=0):
+        """Produces jobs to retort.jobs (paced when rate > 0); returns the
+        feeder's JSON line."""
+        path = os.path.join(self.dir, "feed-%d-%s.bin" % (len(docs), docs[0]["job_id"]))
+        self.write_jobs(path, docs)
+        out = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", self.bootstrap,
+                              "--produce", path, "--out", "retort.jobs", "--rate", str(rate)],
+                             capture_output=True, text=True, timeout=3600)
+        os.unlink(path)
+        if out.returncode:
+            raise RuntimeError("feeding jobs failed: %s %s" % (out.stdout, out.stderr[-500:]))
+        return json.loads(out.stdout)
+
+    def topic_timestamps(self, topic, want):
+        """Earliest message timestamp per key (of the keys in want) on a
+        topic: on retort.jobs the submission (retry jobs come later with
+        the same key)."""
+        out = subprocess.run(["kcat", "-C", "-b", self.bootstrap, "-t", topic, "-o", "beginning",
+                              "-e", "-q", "-f", "%T\t%k\n"], capture_output=True, timeout=300, check=True)
+        ts = {}
+        for line in out.stdout.split(b"\n"):
+            t, _, k = line.partition(b"\t")
+            if not k:
+                continue
+            k = k.decode()
+            if k in want:
+                t = int(t)
+                if k not in ts or t < ts[k]:
+                    ts[k] = t
+        return ts
+
+    def llm_stats_light(self):
+        with urllib.request.urlopen(self.llm_url + "/stats", timeout=10) as r:
+            d = json.loads(r.read())
+        d.pop("calls", None)
+        return d
+
+    def proc_cpu(self):
+        """CPU seconds of the infrastructure processes."""
+        return {"redis": proc_cpu_s(self.redis.pid), "kafka": proc_cpu_s(self.kafka.pid),
+                "llm": proc_cpu_s(self.llm.pid)}
+
+    def history(self, ids, batch=2000):
+        """Per job id: (created_ms, [attempt records]) from Redis."""
+        r = self.redis_client()
+        out = {}
+        ids = list(ids)
+        for i in range(0, len(ids), batch):
+            chunk = ids[i:i + batch]
+            p = r.pipeline(transaction=False)
+            for jid in chunk:
+                p.hget("retort:job:{%s}" % jid, "created")
+                p.lrange("retort:job:{%s}:history" % jid, 0, -1)
+            res = p.execute()
+            for j, jid in enumerate(chunk):
+                created, recs = res[2 * j], res[2 * j + 1]
+                out[jid] = (int(created) if created else None, [json.loads(x) for x in recs])
+        return out
+
+    def close(self):
+        for t in self.tails:
+            t.close()
+        super().close()
+
+
+class Sampler(threading.Thread):
+    """Samples the worker's RSS (and the mock's held calls when asked)
+    while a phase runs."""
+
+    def __init__(self, stack, pid, llm_every=0.0, period=0.2):
+        super().__init__(daemon=True)
+        self.stack, self.pid, self.llm_every, self.period = stack, pid, llm_every, period
+        self.stop_ev = threading.Event()
+        self.rss_max_kb = 0
+        self.suspended_max = 0
+        self.fds_max = 0
+        self.threads_max = 0
+
+    def run(self):
+        next_llm = 0.0
+        while not self.stop_ev.is_set():
+            self.rss_max_kb = max(self.rss_max_kb, proc_status_kb(self.pid, "VmRSS"))
+            self.threads_max = max(self.threads_max, proc_threads(self.pid))
+            now = time.time()
+            if self.llm_every and now >= next_llm:
+                next_llm = now + self.llm_every
+                self.fds_max = max(self.fds_max, proc_fds(self.pid))
+                try:
+                    self.suspended_max = max(self.suspended_max, int(self.stack.llm_stats_light()["suspended"]))
+                except (OSError, ValueError, KeyError):
+                    pass
+            self.stop_ev.wait(self.period)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join(5)
