@@ -951,6 +951,7 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         }
         w->schemas = p;
         out_schema *os = &w->schemas[w->nschemas++];
+        memset(os, 0, sizeof(*os));
         os->name = strndup(de->d_name, len - 5);
         os->compiled = c;
         os->doc = sd;

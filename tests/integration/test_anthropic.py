@@ -1,0 +1,29 @@
+"""The Anthropic Messages API path through the mock LLM."""
+import uuid
+
+from stack import job
+
+
+def uid(prefix):
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
+
+
+def test_anthropic_provider(stack):
+    stack.start_worker("--set", "llm.provider=anthropic", "--set", "llm.api_key_env=ANTHROPIC_KEY",
+                       "--set", "llm.model=claude-test")
+    ok, fixed, refused, overloaded = uid("a-ok"), uid("a-fix"), uid("a-ref"), uid("a-529")
+    stack.produce_jobs([
+        job(ok, schema="ticket.v1"),
+        job(fixed, schema="invoice.v1", directive="defect=invalid_value until=1"),
+        job(refused, directive="defect=refusal"),
+        job(overloaded, directive="http=529 times=1 retry_after=0"),
+    ])
+    stack.wait_outcomes([ok, fixed, refused, overloaded])
+    finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
+    escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
+    assert finals[ok]["attempts"] == 1 and finals[ok]["model"] == "claude-test"
+    assert finals[ok]["usage"]["prompt_tokens"] > 0 and finals[ok]["usage"]["completion_tokens"] > 0
+    assert finals[fixed]["attempts"] == 2
+    assert escs[refused]["category"] == "refusal" and escs[refused]["attempts"] == 1
+    assert finals[overloaded]["attempts"] == 1
+    assert stack.llm_stats()["calls"]["%s:1" % overloaded] == 2
