@@ -68,6 +68,8 @@ static const cfg_def cfg_defs[] = {
     S("worker.id", "", "worker id in logs and Redis (default: host-pid)"),
     I("worker.processes", "1", 1, 256, "worker processes forked by the supervisor"),
     I("worker.drain_timeout_ms", "30000", 0, 3600000, "on SIGTERM, how long in-flight jobs may take"),
+    I("metrics.port", "0", 0, 65535, "port of /metrics, /healthz and /readyz (0: off); worker N of --processes uses port + N"),
+    S("metrics.host", "0.0.0.0", "address the metrics server listens on"),
     E("log.level", "info", "debug|info|warn|error", "log level"),
     E("log.format", "auto", "auto|json|text", "json lines, or a human format (auto: text on a terminal)"),
 };
@@ -161,6 +163,19 @@ static int choice_ok(const char *choices, const char *v) {
 }
 
 int config_set(config *cfg, const char *key, const char *value, char *err, size_t errlen) {
+    if (strncmp(key, "pricing.", 8) == 0) {
+        /* pricing.MODEL.input / pricing.MODEL.output: USD per million tokens */
+        size_t n = strlen(key);
+        int in = n > 14 && !strcmp(key + n - 6, ".input");
+        int outp = n > 15 && !strcmp(key + n - 7, ".output");
+        char *end;
+        double d = strtod(value, &end);
+        if ((!in && !outp) || end == value || *end || d < 0) {
+            snprintf(err, errlen, "config key '%s': expected pricing.MODEL.input or .output = USD per million tokens", key);
+            return -1;
+        }
+        return put(cfg, key, value);
+    }
     if (strncmp(key, "kafka.", 6) == 0) {
         if (!key[6]) {
             snprintf(err, errlen, "config key '%s': empty librdkafka property", key);
@@ -311,7 +326,9 @@ void config_print_help(FILE *out) {
         if (d->type == CFG_ENUM) fprintf(out, " (%s)", d->choices);
         fputc('\n', out);
     }
-    fprintf(out, "  kafka.<property>               any librdkafka property, for both clients\n"
+    fprintf(out, "  pricing.<model>.input          USD per million prompt tokens (retort report)\n"
+                 "  pricing.<model>.output         USD per million completion tokens\n"
+                 "  kafka.<property>               any librdkafka property, for both clients\n"
                  "  kafka.consumer.<property>      librdkafka property for the consumer only\n"
                  "  kafka.producer.<property>      librdkafka property for the producer only\n");
 }

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define MAX_COMPILE_DEPTH 512
 #define MAX_EVAL_DEPTH 512
@@ -497,15 +498,6 @@ static char *json_snippet(const cJSON *v, size_t max)
     }
     buf[w.len] = '\0';
     return buf;
-}
-
-static char *json_string_text(const char *s)
-{
-    cJSON tmp;
-    memset(&tmp, 0, sizeof tmp);
-    tmp.type = cJSON_String;
-    tmp.valuestring = (char *)s;
-    return json_snippet(&tmp, SNIPPET_MAX);
 }
 
 /* Exact decimal value of a double as mant * 10^exp (mant without trailing
@@ -1389,7 +1381,6 @@ static const cinfo *walk_pointer(cctx *c, const cinfo *start, const char *frag, 
     schema_uri_percent_decode(frag, fl, dec);
     const cJSON *cur = start->js;
     const cinfo *last = start;
-    const char *suffix_base = start->ptr;
     char *ptr = (char *)start->ptr;
     const char *p = dec;
     while (*p == '/') {
@@ -1429,7 +1420,6 @@ static const cinfo *walk_pointer(cctx *c, const cinfo *start, const char *frag, 
             return NULL;
         }
         ptr = ptr_join(c, ptr, tok);
-        (void)suffix_base;
         const cinfo *ci = pmap_get(&c->infos, cur);
         if (ci) {
             last = ci;
@@ -1614,7 +1604,7 @@ static prop_ent *prop_slot(node *n, const char *name, size_t len, uint64_t h)
     return &n->props[i];
 }
 
-/* Builds the name table over properties / required keys. */
+/* Allocates the name table for the names of properties and required. */
 static int build_props(cctx *c, node *n, const cJSON *props, const cJSON *req)
 {
     size_t want = (props ? json_count(props) : 0) + (req ? json_count(req) : 0);
@@ -1625,8 +1615,6 @@ static int build_props(cctx *c, node *n, const cJSON *props, const cJSON *req)
     if (!n->props)
         return -1;
     n->props_mask = cap - 1;
-    (void)props;
-    (void)req;
     return 0;
 }
 
@@ -2128,6 +2116,10 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
         }
         n->req_in_props = hp && hr && n->n_required <= 64;
     }
+    /* a schema object without any (enabled) keyword accepts everything,
+     * like `true` (and produces no annotations) */
+    if (n->norder == 0 && !n->uneval)
+        n->boolean = B_TRUE;
     /* unevaluated* see the annotations of every other keyword: last */
     if (n->uneval & UE_ITEMS)
         add_order(n, K_UNEVAL_ITEMS);
@@ -2325,7 +2317,10 @@ schema *schema_compile_base(schema_registry *reg, const cJSON *doc, const char *
     cres *r = new_res(&c, base);
     free(base);
     if (r && index_node(&c, doc, r, d, "", 1, 0) == 0) {
-        const cinfo *ci = pmap_get(&c.infos, doc);
+        cinfo *ci = pmap_get(&c.infos, doc);
+        /* the retrieval URI names the root too, whatever its $id says */
+        if (ci && !smap_get(&c.uris, r->uri))
+            put_uri(&c, r->uri, ci);
         if (!ci)
             cfail(&c, "/: schema must be an object or a boolean");
         else
@@ -2415,6 +2410,9 @@ typedef struct vctx {
     const char *str_ptr;
     long long str_cps;
     size_t str_len;
+    char ebuf[SNIPPET_MAX + 8]; /* `expected` text of the report being made */
+    unsigned rx_calls;
+    long long rx_start_ms; /* coarse clock at the first regex match */
     char limit_msg[200];
     pathseg path[MAX_EVAL_DEPTH + 4];
     const rres *scope[MAX_EVAL_DEPTH + 4];
@@ -2439,34 +2437,24 @@ static void push_idx(vctx *c, size_t i)
     c->path[c->npath++].idx = i;
 }
 
-static char *path_string(const vctx *c)
+/* Writes the instance path as a JSON Pointer into buf (cap bytes);
+ * returns the length it needs (without the NUL). */
+static size_t path_into(const vctx *c, char *buf, size_t cap)
 {
-    size_t len = 1;
+    size_t o = 0;
+#define PUT(ch) do { if (o + 1 < cap) buf[o] = (ch); o++; } while (0)
     for (size_t i = 0; i < c->npath; i++) {
-        len += 1;
-        if (c->path[i].key) {
-            for (const char *k = c->path[i].key; *k; k++)
-                len += (*k == '~' || *k == '/') ? 2 : 1;
-        } else {
-            len += 20;
-        }
-    }
-    char *p = malloc(len);
-    if (!p)
-        return NULL;
-    char *w = p;
-    for (size_t i = 0; i < c->npath; i++) {
-        *w++ = '/';
+        PUT('/');
         if (c->path[i].key) {
             for (const char *k = c->path[i].key; *k; k++) {
                 if (*k == '~') {
-                    *w++ = '~';
-                    *w++ = '0';
+                    PUT('~');
+                    PUT('0');
                 } else if (*k == '/') {
-                    *w++ = '~';
-                    *w++ = '1';
+                    PUT('~');
+                    PUT('1');
                 } else {
-                    *w++ = *k;
+                    PUT(*k);
                 }
             }
         } else {
@@ -2477,40 +2465,60 @@ static char *path_string(const vctx *c)
                 v /= 10;
             } while (v);
             while (nd)
-                *w++ = digits[--nd];
+                PUT(digits[--nd]);
         }
     }
-    *w = '\0';
-    return p;
+#undef PUT
+    if (cap)
+        buf[o < cap ? o : cap - 1] = '\0';
+    return o;
 }
 
+/* All strings of a violation live in one allocation that starts at
+ * v->path (so freeing is one free). */
 static void free_violation(schema_violation *v)
 {
     free(v->path);
-    free(v->keyword_location);
-    free(v->message);
-    free(v->expected);
-    free(v->actual);
     memset(v, 0, sizeof *v);
 }
 
-static char *join_loc(const char *loc, const char *kw)
+/* Fills v from the pieces (copied).  kw may be NULL (location = loc). */
+static int pack_violation(schema_violation *v, const char *code, const char *path, const char *loc,
+                          const char *kw, const char *msg, const char *expected, const char *actual)
 {
-    size_t a = strlen(loc), b = kw ? strlen(kw) : 0;
-    char *p = malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, loc, a);
-    if (b) {
-        p[a] = '/';
-        memcpy(p + a + 1, kw, b + 1);
+    size_t lp = strlen(path), ll = strlen(loc), lk = kw && *kw ? strlen(kw) + 1 : 0;
+    size_t lm = strlen(msg), le = expected ? strlen(expected) + 1 : 0;
+    size_t la = actual ? strlen(actual) + 1 : 0;
+    char *b = malloc(lp + 1 + ll + lk + 1 + lm + 1 + le + la);
+    memset(v, 0, sizeof *v);
+    if (!b)
+        return -1;
+    v->code = code;
+    v->path = b;
+    memcpy(b, path, lp + 1);
+    b += lp + 1;
+    v->keyword_location = b;
+    memcpy(b, loc, ll);
+    if (lk) {
+        b[ll] = '/';
+        memcpy(b + ll + 1, kw, lk);
     } else {
-        p[a] = '\0';
+        b[ll] = '\0';
     }
-    if (!p[0]) {
-        /* the root itself: keep "" */
+    b += ll + lk + 1;
+    v->message = b;
+    memcpy(b, msg, lm + 1);
+    b += lm + 1;
+    if (expected) {
+        v->expected = b;
+        memcpy(b, expected, le);
+        b += le;
     }
-    return p;
+    if (actual) {
+        v->actual = b;
+        memcpy(b, actual, la);
+    }
+    return 0;
 }
 
 static int push_rec(vctx *c, vrec *r)
@@ -2535,46 +2543,73 @@ static int push_rec(vctx *c, vrec *r)
     return 0;
 }
 
-/* Records a violation (reporting pass only).  expected is taken.  Returns
- * 0 so callers can `return report(...)`. */
+/* Records a violation (reporting pass only).  expected is borrowed.
+ * Returns 0 so callers can `return report(...)`. */
 static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
-                  char *expected, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+                  const char *expected, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
-                  char *expected, const char *fmt, ...)
+                  const char *expected, const char *fmt, ...)
 {
-    if (!c->record) {
-        free(expected);
+    if (!c->record)
+        return 0;
+    if (c->nrec >= c->store_cap) {
+        c->dropped++;
         return 0;
     }
-    vrec r;
-    memset(&r, 0, sizeof r);
-    r.depth = c->npath;
-    r.v.code = code;
-    r.v.path = path_string(c);
-    r.v.keyword_location = join_loc(n->loc, kw);
-    r.v.expected = expected;
-    r.v.actual = inst ? json_snippet(inst, SNIPPET_MAX) : NULL;
-    char buf[512];
+    char pbuf[512], mbuf[512], abuf[SNIPPET_MAX + 8];
+    char *path = pbuf, *msg = mbuf;
+    size_t pl = path_into(c, pbuf, sizeof pbuf);
+    if (pl >= sizeof pbuf && (path = malloc(pl + 1)) != NULL)
+        path_into(c, path, pl + 1);
     va_list ap;
     va_start(ap, fmt);
-    int len = vsnprintf(buf, sizeof buf, fmt, ap);
+    int ml = vsnprintf(mbuf, sizeof mbuf, fmt, ap);
     va_end(ap);
-    if (len >= 0 && (r.v.message = malloc((size_t)len + 1)) != NULL) {
-        if ((size_t)len < sizeof buf) {
-            memcpy(r.v.message, buf, (size_t)len + 1);
-        } else {
-            va_start(ap, fmt);
-            vsnprintf(r.v.message, (size_t)len + 1, fmt, ap);
-            va_end(ap);
-        }
+    if (ml >= (int)sizeof mbuf && (msg = malloc((size_t)ml + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)ml + 1, fmt, ap);
+        va_end(ap);
     }
-    push_rec(c, &r);
+    if (inst) {
+        jw w = { abuf, 0, SNIPPET_MAX, 0 };
+        jw_value(&w, inst, 0);
+        if (w.full) {
+            memcpy(abuf + w.len, "...", 3);
+            w.len += 3;
+        }
+        abuf[w.len] = '\0';
+    }
+    vrec r;
+    r.depth = c->npath;
+    if (pack_violation(&r.v, code, path ? path : "", n->loc, kw, msg ? msg : "", expected,
+                       inst ? abuf : NULL) == 0)
+        push_rec(c, &r);
+    else
+        c->dropped++;
+    if (path != pbuf)
+        free(path);
+    if (msg != mbuf)
+        free(msg);
     return 0;
 }
 
-static char *xstrdup(const char *s)
+/* `expected` texts built in the context's scratch buffer */
+static const char *num_text(vctx *c, double d)
 {
-    return s ? strdup(s) : NULL;
+    fmt_num(d, c->ebuf, sizeof c->ebuf);
+    return c->ebuf;
+}
+
+static const char *str_text(vctx *c, const char *s)
+{
+    cJSON tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.type = cJSON_String;
+    tmp.valuestring = (char *)s;
+    jw w = { c->ebuf, 0, SNIPPET_MAX, 0 };
+    jw_value(&w, &tmp, 0);
+    c->ebuf[w.len] = '\0';
+    return c->ebuf;
 }
 
 static int limit(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -2587,6 +2622,29 @@ static int limit(vctx *c, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
+}
+
+/* Every regex match goes through here: 1 match, 0 no match, -1 the match
+ * or the time budget of this validation hit a limit (message set). */
+static int rx_match(vctx *c, const schema_regex *re, const char *s, size_t len, const node *n,
+                    const char *kw)
+{
+    if ((c->rx_calls++ & 15) == 0) {
+        /* coarse clock (about 10 ns); checked every 16 matches */
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+        long long now = (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+        if (!c->rx_start_ms)
+            c->rx_start_ms = now;
+        else if (now - c->rx_start_ms > SCHEMA_REGEX_BUDGET_MS)
+            return limit(c, "regular expressions took more than %d ms in this validation (at %s/%s)",
+                         SCHEMA_REGEX_BUDGET_MS, n->loc, kw);
+    }
+    int r = schema_regex_match(re, s, len);
+    if (r < 0)
+        return limit(c, "regular expression %s hit its match limit at %s/%s",
+                     schema_regex_source(re), n->loc, kw);
+    return r;
 }
 
 static int inst_types(const cJSON *v)
@@ -2666,13 +2724,6 @@ static int bad_utf8(vctx *c, const node *n, const char *kw)
     return report(c, n, kw, SCHEMA_INVALID_VALUE, NULL, NULL, "string is not valid UTF-8");
 }
 
-static char *num_text(double d)
-{
-    char buf[40];
-    fmt_num(d, buf, sizeof buf);
-    return strdup(buf);
-}
-
 NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (!IS_NUMBER(inst))
@@ -2685,35 +2736,35 @@ NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
             return 1;
         fmt_num(x, xs, sizeof xs);
         fmt_num(n->minimum, ls, sizeof ls);
-        return report(c, n, "minimum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->minimum),
+        return report(c, n, "minimum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->minimum),
                       "value %s is less than the minimum %s", xs, ls);
     case K_MAXIMUM:
         if (x <= n->maximum)
             return 1;
         fmt_num(x, xs, sizeof xs);
         fmt_num(n->maximum, ls, sizeof ls);
-        return report(c, n, "maximum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->maximum),
+        return report(c, n, "maximum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->maximum),
                       "value %s is greater than the maximum %s", xs, ls);
     case K_XMINIMUM:
         if (x > n->xminimum)
             return 1;
         fmt_num(x, xs, sizeof xs);
         fmt_num(n->xminimum, ls, sizeof ls);
-        return report(c, n, "exclusiveMinimum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->xminimum),
+        return report(c, n, "exclusiveMinimum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->xminimum),
                       "value %s must be greater than %s", xs, ls);
     case K_XMAXIMUM:
         if (x < n->xmaximum)
             return 1;
         fmt_num(x, xs, sizeof xs);
         fmt_num(n->xmaximum, ls, sizeof ls);
-        return report(c, n, "exclusiveMaximum", SCHEMA_OUT_OF_RANGE, inst, num_text(n->xmaximum),
+        return report(c, n, "exclusiveMaximum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->xmaximum),
                       "value %s must be less than %s", xs, ls);
     default: /* K_MULTIPLE_OF */
         if (is_multiple(x, n->multiple_of, &n->multiple_dec))
             return 1;
         fmt_num(x, xs, sizeof xs);
         fmt_num(n->multiple_of, ls, sizeof ls);
-        return report(c, n, "multipleOf", SCHEMA_NOT_MULTIPLE, inst, num_text(n->multiple_of),
+        return report(c, n, "multipleOf", SCHEMA_NOT_MULTIPLE, inst, num_text(c, n->multiple_of),
                       "value %s is not a multiple of %s", xs, ls);
     }
 }
@@ -2730,7 +2781,7 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return bad_utf8(c, n, "minLength");
         if ((uint64_t)cps >= n->min_length)
             return 1;
-        return report(c, n, "minLength", SCHEMA_TOO_SHORT, inst, num_text((double)n->min_length),
+        return report(c, n, "minLength", SCHEMA_TOO_SHORT, inst, num_text(c, (double)n->min_length),
                       "string has %lld character%s, fewer than the minimum length %llu", cps,
                       cps == 1 ? "" : "s", (unsigned long long)n->min_length);
     case K_MAX_LENGTH:
@@ -2738,19 +2789,18 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return bad_utf8(c, n, "maxLength");
         if ((uint64_t)cps <= n->max_length)
             return 1;
-        return report(c, n, "maxLength", SCHEMA_TOO_LONG, inst, num_text((double)n->max_length),
+        return report(c, n, "maxLength", SCHEMA_TOO_LONG, inst, num_text(c, (double)n->max_length),
                       "string has %lld characters, more than the maximum length %llu", cps,
                       (unsigned long long)n->max_length);
     case K_PATTERN: {
         if (!string_info(c, inst, &len, &cps))
             return bad_utf8(c, n, "pattern");
-        int r = schema_regex_match(n->pattern, inst->valuestring, len);
+        int r = rx_match(c, n->pattern, inst->valuestring, len, n, "pattern");
         if (r < 0)
-            return limit(c, "regular expression %s hit its match limit at %s/pattern",
-                         n->pattern_text, n->loc);
+            return -1;
         if (r)
             return 1;
-        return report(c, n, "pattern", SCHEMA_PATTERN_MISMATCH, inst, xstrdup(n->pattern_text),
+        return report(c, n, "pattern", SCHEMA_PATTERN_MISMATCH, inst, n->pattern_text,
                       "string does not match the pattern %s", n->pattern_text);
     }
     default: { /* K_FORMAT */
@@ -2759,7 +2809,7 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
         if (schema_format_check(n->fmt, inst->valuestring, len))
             return 1;
         return report(c, n, "format", SCHEMA_FORMAT_MISMATCH, inst,
-                      json_string_text(schema_format_name(n->fmt)), "string is not a valid %s",
+                      str_text(c, schema_format_name(n->fmt)), "string is not a valid %s",
                       schema_format_name(n->fmt));
     }
     }
@@ -2821,7 +2871,7 @@ NOINLINE static int kw_content(vctx *c, const node *n, const cJSON *inst)
     char *dec = NULL;
     if (n->content_b64) {
         if (b64_decode(text, len, &dec, &len) < 0)
-            return report(c, n, "contentEncoding", SCHEMA_INVALID_VALUE, inst, json_string_text("base64"),
+            return report(c, n, "contentEncoding", SCHEMA_INVALID_VALUE, inst, "\"base64\"",
                           "string is not valid base64");
         text = dec;
     }
@@ -2835,7 +2885,7 @@ NOINLINE static int kw_content(vctx *c, const node *n, const cJSON *inst)
     if (ok)
         return 1;
     return report(c, n, "contentMediaType", SCHEMA_INVALID_VALUE, inst,
-                  json_string_text("application/json"), "string content is not a valid JSON document");
+                  "\"application/json\"", "string content is not a valid JSON document");
 }
 
 NOINLINE static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
@@ -2905,13 +2955,13 @@ NOINLINE static int kw_contains(vctx *c, const node *n, const cJSON *inst, evset
         if (count == 0)
             return report(c, n, "contains", SCHEMA_NO_MATCH, NULL, NULL,
                           "array has no item that matches the contains schema");
-        return report(c, n, "minContains", SCHEMA_NO_MATCH, NULL, num_text((double)n->min_contains),
+        return report(c, n, "minContains", SCHEMA_NO_MATCH, NULL, num_text(c, (double)n->min_contains),
                       "array has %llu items that match the contains schema, fewer than %llu",
                       (unsigned long long)count, (unsigned long long)n->min_contains);
     }
     if (n->has_max_contains && count > n->max_contains)
         return report(c, n, "maxContains", SCHEMA_TOO_MANY_ITEMS, NULL,
-                      num_text((double)n->max_contains),
+                      num_text(c, (double)n->max_contains),
                       "array has %llu items that match the contains schema, more than %llu",
                       (unsigned long long)count, (unsigned long long)n->max_contains);
     return 1;
@@ -3029,7 +3079,9 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
             if (pe && pe->schema) {
                 matched = 1;
                 int r;
-                if (pe->schema->boolean == B_FALSE) {
+                if (pe->schema->boolean == B_TRUE) {
+                    r = 1;
+                } else if (pe->schema->boolean == B_FALSE) {
                     r = unexpected(c, pe->schema, m, "");
                 } else {
                     push_key(c, m->string);
@@ -3054,10 +3106,10 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                 return 0;
             }
             for (size_t p = 0; p < n->n_pats; p++) {
-                int mr = schema_regex_match(n->pats[p].re, m->string, strlen(m->string));
+                int mr = rx_match(c, n->pats[p].re, m->string, strlen(m->string), n,
+                                  "patternProperties");
                 if (mr < 0)
-                    return limit(c, "regular expression %s hit its match limit at %s/patternProperties",
-                                 schema_regex_source(n->pats[p].re), n->loc);
+                    return -1;
                 if (!mr)
                     continue;
                 matched = 1;
@@ -3123,7 +3175,7 @@ NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
     if (!ok && c->record) {
         for (size_t i = 0; i < n->n_required; i++)
             if (!ev_get(&seen, i))
-                report(c, n, "required", SCHEMA_MISSING_FIELD, NULL, json_string_text(n->required[i]),
+                report(c, n, "required", SCHEMA_MISSING_FIELD, NULL, str_text(c, n->required[i]),
                        "missing required property \"%s\"", n->required[i]);
     }
     ev_free(&seen);
@@ -3145,7 +3197,7 @@ NOINLINE static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
             ok = 0;
             if (!c->record)
                 return 0;
-            report(c, n, q->kw, SCHEMA_MISSING_FIELD, NULL, json_string_text(q->names[i]),
+            report(c, n, q->kw, SCHEMA_MISSING_FIELD, NULL, str_text(c, q->names[i]),
                    "missing property \"%s\", required when \"%s\" is present", q->names[i], q->name);
         }
     }
@@ -3195,14 +3247,18 @@ NOINLINE static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
             return 0;
         for (size_t i = mark; i < c->nrec; i++) {
             schema_violation *v = &c->recs[i].v;
-            const char *old = v->message ? v->message : "";
-            size_t need = strlen(old) + strlen(m->string) + 32;
+            size_t need = strlen(v->message) + strlen(m->string) + 32;
             char *msg = malloc(need);
-            if (msg) {
-                snprintf(msg, need, "property name \"%s\": %s", m->string, old);
-                free(v->message);
-                v->message = msg;
+            schema_violation nv;
+            if (!msg)
+                continue;
+            snprintf(msg, need, "property name \"%s\": %s", m->string, v->message);
+            if (pack_violation(&nv, v->code, v->path, v->keyword_location, NULL, msg, v->expected,
+                               v->actual) == 0) {
+                free_violation(v);
+                *v = nv;
             }
+            free(msg);
         }
     }
     return ok;
@@ -3215,11 +3271,11 @@ NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
             return 1;
         uint64_t cnt = json_count(inst);
         if (k == K_MIN_ITEMS && cnt < n->min_items)
-            return report(c, n, "minItems", SCHEMA_TOO_FEW_ITEMS, NULL, num_text((double)n->min_items),
+            return report(c, n, "minItems", SCHEMA_TOO_FEW_ITEMS, NULL, num_text(c, (double)n->min_items),
                           "array has %llu item(s), fewer than the minimum %llu",
                           (unsigned long long)cnt, (unsigned long long)n->min_items);
         if (k == K_MAX_ITEMS && cnt > n->max_items)
-            return report(c, n, "maxItems", SCHEMA_TOO_MANY_ITEMS, NULL, num_text((double)n->max_items),
+            return report(c, n, "maxItems", SCHEMA_TOO_MANY_ITEMS, NULL, num_text(c, (double)n->max_items),
                           "array has %llu items, more than the maximum %llu",
                           (unsigned long long)cnt, (unsigned long long)n->max_items);
         return 1;
@@ -3229,11 +3285,11 @@ NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
     uint64_t cnt = json_count(inst);
     if (k == K_MIN_PROPS && cnt < n->min_props)
         return report(c, n, "minProperties", SCHEMA_TOO_FEW_PROPERTIES, NULL,
-                      num_text((double)n->min_props), "object has %llu property(ies), fewer than the minimum %llu",
+                      num_text(c, (double)n->min_props), "object has %llu property(ies), fewer than the minimum %llu",
                       (unsigned long long)cnt, (unsigned long long)n->min_props);
     if (k == K_MAX_PROPS && cnt > n->max_props)
         return report(c, n, "maxProperties", SCHEMA_TOO_MANY_PROPERTIES, NULL,
-                      num_text((double)n->max_props), "object has %llu properties, more than the maximum %llu",
+                      num_text(c, (double)n->max_props), "object has %llu properties, more than the maximum %llu",
                       (unsigned long long)cnt, (unsigned long long)n->max_props);
     return 1;
 }
@@ -3243,7 +3299,7 @@ NOINLINE static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *in
     if (k == K_CONST) {
         if (json_equal(inst, n->const_val))
             return 1;
-        return report(c, n, "const", SCHEMA_CONST_MISMATCH, inst, xstrdup(n->const_text),
+        return report(c, n, "const", SCHEMA_CONST_MISMATCH, inst, n->const_text,
                       "value must be %s", n->const_text);
     }
     if (n->n_enum <= 8) {
@@ -3257,7 +3313,7 @@ NOINLINE static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *in
             if (n->enum_h[i] == h && json_equal(inst, e))
                 return 1;
     }
-    return report(c, n, "enum", SCHEMA_ENUM_MISMATCH, inst, xstrdup(n->enum_text),
+    return report(c, n, "enum", SCHEMA_ENUM_MISMATCH, inst, n->enum_text,
                   "value must be one of %s", n->enum_text);
 }
 
@@ -3336,8 +3392,10 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         drop_recs(c, base);
         char list[128];
         type_list(types, list, sizeof list);
-        report(c, n, kwbuf, SCHEMA_WRONG_TYPE, inst, types_json(types), "expected %s, got %s", list,
+        char *tj = types_json(types);
+        report(c, n, kwbuf, SCHEMA_WRONG_TYPE, inst, tj, "expected %s, got %s", list,
                inst_type_name(inst));
+        free(tj);
         return;
     }
     if (all_const && nb > 0) {
@@ -3358,6 +3416,7 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         cJSON_Delete(vals);
         report(c, n, kwbuf, SCHEMA_ENUM_MISMATCH, inst, text, "value must be one of %s",
                text ? text : "the listed values");
+        free(text);
         return;
     }
     /* 2. the closest branch: not disqualified by a wrong type or a failed
@@ -3590,7 +3649,7 @@ COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
         return;
     char list[128];
     type_list(n->types, list, sizeof list);
-    report(c, n, "type", SCHEMA_WRONG_TYPE, inst, xstrdup(n->type_text), "expected %s, got %s", list,
+    report(c, n, "type", SCHEMA_WRONG_TYPE, inst, n->type_text, "expected %s, got %s", list,
            inst_type_name(inst));
 }
 
@@ -3639,11 +3698,28 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
             break;
         case K_ENUM:
         case K_CONST: r = kw_enum_const(c, n, k, inst); break;
-        case K_MULTIPLE_OF:
+        /* bounds: the passing case inline, reporting out of line */
         case K_MAXIMUM:
+            r = !IS_NUMBER(inst) || inst->valuedouble <= n->maximum;
+            if (!r)
+                r = kw_numbers(c, n, k, inst);
+            break;
         case K_MINIMUM:
+            r = !IS_NUMBER(inst) || inst->valuedouble >= n->minimum;
+            if (!r)
+                r = kw_numbers(c, n, k, inst);
+            break;
         case K_XMAXIMUM:
-        case K_XMINIMUM: r = kw_numbers(c, n, k, inst); break;
+            r = !IS_NUMBER(inst) || inst->valuedouble < n->xmaximum;
+            if (!r)
+                r = kw_numbers(c, n, k, inst);
+            break;
+        case K_XMINIMUM:
+            r = !IS_NUMBER(inst) || inst->valuedouble > n->xminimum;
+            if (!r)
+                r = kw_numbers(c, n, k, inst);
+            break;
+        case K_MULTIPLE_OF: r = kw_numbers(c, n, k, inst); break;
         case K_MAX_LENGTH:
         case K_MIN_LENGTH:
         case K_PATTERN:
@@ -3720,6 +3796,8 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->nrec = c->caprec = c->dropped = 0;
     c->store_cap = s->max_violations * 8 + 256;
     c->str_inst = NULL;
+    c->rx_calls = 0;
+    c->rx_start_ms = 0;
     c->limit_msg[0] = '\0';
 }
 
@@ -3729,10 +3807,12 @@ static void set_limit_violation(schema_violations *out, const char *msg)
     out->items = calloc(1, sizeof *out->items);
     if (!out->items)
         return;
-    out->items[0].path = strdup("");
-    out->items[0].keyword_location = strdup("");
-    out->items[0].code = SCHEMA_LIMIT_EXCEEDED;
-    out->items[0].message = strdup(msg[0] ? msg : "validation limit exceeded");
+    if (pack_violation(&out->items[0], SCHEMA_LIMIT_EXCEEDED, "", "", NULL,
+                       msg[0] ? msg : "validation limit exceeded", NULL, NULL) < 0) {
+        free(out->items);
+        out->items = NULL;
+        return;
+    }
     out->count = out->total = 1;
 }
 
@@ -3761,13 +3841,12 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
          * limit; reporting went further.  Keep what was found and say why
          * the list may be incomplete. */
         vrec lim;
-        memset(&lim, 0, sizeof lim);
-        lim.v.path = strdup("");
-        lim.v.keyword_location = strdup("");
-        lim.v.code = SCHEMA_LIMIT_EXCEEDED;
-        lim.v.message = strdup(c.limit_msg[0] ? c.limit_msg : "validation limit exceeded");
-        c.store_cap = SIZE_MAX;
-        push_rec(&c, &lim);
+        lim.depth = 0;
+        if (pack_violation(&lim.v, SCHEMA_LIMIT_EXCEEDED, "", "", NULL,
+                           c.limit_msg[0] ? c.limit_msg : "validation limit exceeded", NULL, NULL) == 0) {
+            c.store_cap = SIZE_MAX;
+            push_rec(&c, &lim);
+        }
     }
     /* The same violation can be found twice (two $refs to one schema, a
      * schema re-entering itself): report it once. */

@@ -30,6 +30,12 @@ typedef struct schema_options {
     size_t max_violations;      /* cap on reported violations; 0 = 32 */
 } schema_options;
 
+/* Added: a validation gives up with LIMIT_EXCEEDED once its `pattern` /
+ * `patternProperties` matching has taken this long (each single match is
+ * also bounded by PCRE2 match/depth/heap limits, a few ms), so a hostile
+ * instance with many backtracking-heavy strings cannot stall a worker. */
+#define SCHEMA_REGEX_BUDGET_MS 100
+
 /* Violation codes: static strings, compare with strcmp or pointer. */
 #define SCHEMA_NOT_JSON          "NOT_JSON"
 #define SCHEMA_WRONG_TYPE        "WRONG_TYPE"
@@ -74,6 +80,8 @@ typedef struct schema_options {
  *   the one with the fewest violations.
  * - order: schema keyword order within a schema object, instance member
  *   order within properties; identical entries are reported once.
+ * - the strings of one violation share one allocation: never free or
+ *   realloc a field; schema_violations_clear() releases everything.
  * - validation does not allocate when out == NULL, except for scratch
  *   bitsets/hashes on large inputs (unevaluated* over more than 64 members
  *   or items, uniqueItems over more than 32 items, more than 64 required
@@ -98,7 +106,9 @@ schema_registry *schema_registry_new(void);
 void schema_registry_free(schema_registry *reg); /* accepts NULL */
 
 /* Registers a document under an absolute URI (its $id, if any, and every
- * embedded $id/$anchor are registered too).  doc: borrowed.  0 = ok. */
+ * embedded $id/$anchor are registered too).  doc: borrowed.  0 = ok.
+ * Added: concurrent schema_compile calls may share a registry (they only
+ * read it); adding to it must not overlap with them. */
 int schema_registry_add(schema_registry *reg, const char *uri,
                         const cJSON *doc, char *err, size_t errlen);
 
@@ -108,7 +118,14 @@ int schema_registry_load_dir(schema_registry *reg, const char *dir,
                              const char *base_uri, char *err, size_t errlen);
 
 /* Compiles doc (borrowed).  reg may be NULL.  opts may be NULL (defaults).
- * NULL on error with a message naming the location in err. */
+ * NULL on error with a message naming the location in err.
+ * Added: $schema selects the dialect per schema resource: draft 2020-12,
+ * 2019-09 (approximated: array items, no prefixItems, $dynamicRef or
+ * $recursiveRef), draft-07 (also used for draft-06/04 URIs), or a
+ * metaschema from the registry whose $vocabulary enables keyword groups
+ * (an unknown required vocabulary is an error).  Keyword values are checked for shape (a negative minLength is
+ * an error); the schema is not otherwise validated against its
+ * metaschema. */
 schema *schema_compile(schema_registry *reg, const cJSON *doc,
                        const schema_options *opts, char *err, size_t errlen);
 void schema_free(schema *s); /* accepts NULL */
@@ -132,7 +149,9 @@ int schema_validate(const schema *s, const cJSON *instance,
 
 void schema_violations_clear(schema_violations *v); /* frees items, zeroes */
 
-/* [{path, keyword, code, message, expected, actual}, ...]; caller frees. */
+/* [{path, keyword, code, message, expected, actual}, ...]; caller frees.
+ * Added: expected/actual are embedded as JSON values when their text parses
+ * (a cut "actual" does not: it stays a string); null when absent. */
 cJSON *schema_violations_to_json(const schema_violations *v);
 
 #endif

@@ -193,9 +193,7 @@ static int check_duration(const char *s, size_t n)
     if (n < 2 || s[0] != 'P')
         return 0;
     i = 1;
-    /* reads digits+unit; returns the unit or 0 */
-    char units[8];
-    int nu = 0, in_time = 0, time_units = 0, date_units = 0;
+    int in_time = 0, time_units = 0, date_units = 0;
     char date_seq[4] = "", time_seq[4] = "";
     while (i < n) {
         if (s[i] == 'T') {
@@ -211,9 +209,6 @@ static int check_duration(const char *s, size_t n)
         if (j == i || j == n)
             return 0;
         char u = s[j];
-        if (nu >= 7)
-            return 0;
-        units[nu++] = u;
         if (in_time) {
             if (u != 'H' && u != 'M' && u != 'S')
                 return 0;
@@ -231,7 +226,6 @@ static int check_duration(const char *s, size_t n)
         }
         i = j + 1;
     }
-    (void)units;
     if (in_time && time_units == 0)
         return 0;
     if (!date_units && !time_units)

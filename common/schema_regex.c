@@ -11,7 +11,7 @@
 
 /* Limits: generous for real patterns on real strings, small enough that a
  * catastrophic backtracking pattern gives up within milliseconds. */
-#define REGEX_MATCH_LIMIT 2000000u
+#define REGEX_MATCH_LIMIT 1000000u /* about 4 ms of backtracking */
 #define REGEX_DEPTH_LIMIT 20000u
 #define REGEX_HEAP_LIMIT_KIB 16384u
 

@@ -24,6 +24,7 @@ struct kafka_io {
     int stopped;
     int draining;
     int handles_open;
+    int brokers_down;
 };
 
 typedef struct conf_ctx {
@@ -54,6 +55,8 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
 }
 
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    kafka_io *k = opaque;
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) k->brokers_down = 1;
     /* librdkafka retries by itself; only fatal errors end the process. */
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char buf[512];
@@ -66,12 +69,14 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
     kafka_io *k = opaque;
+    if (!msg->err) k->brokers_down = 0;
     k->cbs.on_delivery(k->cbs.ud, msg->_private, msg->err);
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
     kafka_io *k = opaque;
+    k->brokers_down = 0;
     int cooperative = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         log_info(NULL, 0, "assigned %d partition(s)", parts->cnt);
@@ -341,3 +346,22 @@ void kafka_io_stop_consuming(kafka_io *k) {
 int kafka_io_out_queue(const kafka_io *k) { return rd_kafka_outq_len(k->producer); }
 
 int kafka_io_assigned(const kafka_io *k) { return k->assignment ? k->assignment->cnt : 0; }
+
+int kafka_io_ready(const kafka_io *k) { return !k->brokers_down; }
+
+int64_t kafka_io_lag(const kafka_io *k) {
+    if (!k->assignment || !k->assignment->cnt) return 0;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_copy(k->assignment);
+    int64_t lag = 0;
+    if (rd_kafka_position(k->consumer, l) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < l->cnt; i++) {
+            int64_t lo, hi;
+            if (rd_kafka_get_watermark_offsets(k->consumer, l->elems[i].topic, l->elems[i].partition, &lo, &hi))
+                continue;
+            int64_t pos = l->elems[i].offset >= 0 ? l->elems[i].offset : lo;
+            if (hi > pos) lag += hi - pos;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    return lag;
+}

@@ -54,5 +54,10 @@ void kafka_io_poll(kafka_io *k);
 void kafka_io_stop_consuming(kafka_io *k);
 int kafka_io_out_queue(const kafka_io *k);
 int kafka_io_assigned(const kafka_io *k);
+/* 0 after librdkafka reported every broker down, until traffic flows again. */
+int kafka_io_ready(const kafka_io *k);
+/* Messages of the assigned partitions beyond the consumer's position, from
+ * the watermarks librdkafka caches (no request is made). */
+int64_t kafka_io_lag(const kafka_io *k);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "batch_cli.h"
 #include "cli_config.h"
 #include "status_cli.h"
 #include "supervisor.h"
@@ -23,6 +24,11 @@ static void usage(FILE *out) {
             "usage: retort worker [options]        run the worker pool (retort-worker is the same)\n"
             "       retort validate SCHEMA [FILE...] validate JSON files against a schema (--help)\n"
             "       retort status JOB_ID [options]   show a job's state and attempt history\n"
+            "       retort submit FILE.jsonl [--batch ID]  produce one job per line\n"
+            "       retort watch BATCH               live progress of a batch\n"
+            "       retort results BATCH -o OUT.jsonl  outputs in input order (escalations to --errors)\n"
+            "       retort resubmit BATCH --escalated [--max-attempts N]\n"
+            "       retort report BATCH              success rate, attempts, violations, tokens, cost\n"
             "\n"
             "worker options:\n"
             "  -c, --config FILE       properties file (key=value); also RETORT_CONFIG\n"
@@ -68,7 +74,7 @@ static int worker_main(int argc, char **argv) {
     log_format_parse(config_get(cfg, "log.format"), &fmt);
     log_init(lvl, fmt, id);
     int n = (int)config_get_int(cfg, "worker.processes");
-    rc = n > 1 ? supervisor_run(cfg, n, id) : worker_run(cfg, id);
+    rc = n > 1 ? supervisor_run(cfg, n, id) : worker_run(cfg, id, 0);
     config_free(cfg);
     return rc;
 }
@@ -84,6 +90,9 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "worker")) return worker_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "validate")) return validate_cli_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return status_cli_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "submit") || !strcmp(argv[1], "watch") || !strcmp(argv[1], "results") ||
+        !strcmp(argv[1], "resubmit") || !strcmp(argv[1], "report"))
+        return batch_cli_main(argc - 1, argv + 1);
     fprintf(stderr, "retort: unknown command '%s' (try retort --help)\n", argv[1]);
     return 2;
 }

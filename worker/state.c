@@ -58,6 +58,15 @@ static const char script_finish[] =
     "  redis.call('RPUSH', KEYS[2], ARGV[4])\n"
     "  redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[7])\n"
     "  redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[8])\n"
+    "  if KEYS[3] then\n"
+    "    -- batch progress, counted once per attempt with the record\n"
+    "    redis.call('HINCRBY', KEYS[3], ARGV[3], 1)\n"
+    "    redis.call('HINCRBY', KEYS[3], 'attempts', 1)\n"
+    "    redis.call('HINCRBY', KEYS[3], 'prompt_tokens', ARGV[7])\n"
+    "    redis.call('HINCRBY', KEYS[3], 'completion_tokens', ARGV[8])\n"
+    "    redis.call('HSET', KEYS[3], 'updated', ARGV[5])\n"
+    "    redis.call('EXPIRE', KEYS[3], ARGV[6])\n"
+    "  end\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'status', ARGV[3], 'recorded', att, 'updated', ARGV[5])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
@@ -444,11 +453,19 @@ int state_begin(state *st, const char *job_id, int attempt, int max_attempts, co
     return op_submit(st, op, failed);
 }
 
-int state_finish(state *st, const char *job_id, const char *owner, int attempt, const char *status,
-                 const char *record, long prompt_tokens, long completion_tokens, state_cb cb,
-                 void *ud) {
+int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
+                 const char *status, const char *record, long prompt_tokens, long completion_tokens,
+                 state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_FINISH, job_id, cb, ud);
     if (!op) return -1;
+    if (batch_id && batch_id[0]) {
+        if (op_addf(op, "%s:batch:{%s}", st->prefix, batch_id)) {
+            op_free(op);
+            return -1;
+        }
+        op->nkeys = 3;
+        op->argc = 0;
+    }
     int failed = op_add(op, owner, strlen(owner)) || op_addf(op, "%d", attempt) ||
                  op_add(op, status, strlen(status)) || op_add(op, record, strlen(record)) ||
                  op_addf(op, "%lld", (long long)util_wall_ms()) || op_addf(op, "%ld", st->ttl_s) ||

@@ -7,7 +7,11 @@
  *                            updated, recorded, published, batch_id,
  *                            prompt_tokens, completion_tokens
  *   PREFIX:job:{ID}:history  list: one JSON record per attempt
- * Both expire after the configured TTL.
+ *   PREFIX:batch:{BATCH}     hash: per batch, counts of attempts by outcome
+ *                            (final, escalated, retrying), attempts, tokens
+ * All expire after the configured TTL.  The batch counters are updated in
+ * the same script as the job's record, so they are exact (on a Redis
+ * Cluster the batch key would need the job's slot: single Redis only).
  *
  * Every operation is idempotent, so an operation whose connection broke is
  * sent again after reconnecting: callers see it complete exactly once. */
@@ -66,9 +70,9 @@ int state_begin(state *st, const char *job_id, int attempt, int max_attempts, co
 /* status: "retrying", "final" or "escalated".  record: JSON text of the
  * attempt's record.  The reply carries the whole history unless status is
  * "retrying". */
-int state_finish(state *st, const char *job_id, const char *owner, int attempt, const char *status,
-                 const char *record, long prompt_tokens, long completion_tokens, state_cb cb,
-                 void *ud);
+int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
+                 const char *status, const char *record, long prompt_tokens, long completion_tokens,
+                 state_cb cb, void *ud);
 /* Notes that the outcome event of attempt was delivered. */
 int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud);
 

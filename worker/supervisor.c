@@ -37,7 +37,7 @@ static pid_t spawn(const config *cfg, const char *base_id, int slot) {
     if (!log_level_parse(config_get(cfg, "log.level"), &lvl) &&
         !log_format_parse(config_get(cfg, "log.format"), &fmt))
         log_init(lvl, fmt, id);
-    _exit(worker_run(cfg, id));
+    _exit(worker_run(cfg, id, slot));
 }
 
 int supervisor_run(const config *cfg, int n, const char *base_id) {

@@ -18,7 +18,9 @@
 #include "kafka_io.h"
 #include "llm_api.h"
 #include "llm_client.h"
+#include "http_server.h"
 #include "log.h"
+#include "metrics.h"
 #include "offsets.h"
 #include "plugins.h"
 #include "reflect.h"
@@ -108,6 +110,9 @@ struct worker {
     kafka_io *kio;
     llm_client *llm;
     webhook *hook;
+    http_server *http;
+    metrics m;
+    uint64_t llm_ok_ms, llm_net_fail_ms;
     long token_budget;
     state *st;
     offsets *offs;
@@ -309,14 +314,22 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     }
     if (j->is_dlq) {
         w->n_dlq++;
+        w->m.jobs[METRICS_DEAD_LETTER]++;
         job_done(j);
         return;
     }
     switch (j->ev_type) {
-    case EVENT_FINAL: w->n_final++; break;
-    case EVENT_RETRY: w->n_retry++; break;
+    case EVENT_FINAL:
+        w->n_final++;
+        w->m.jobs[METRICS_FINAL]++;
+        break;
+    case EVENT_RETRY:
+        w->n_retry++;
+        w->m.jobs[METRICS_RETRY]++;
+        break;
     case EVENT_ESCALATED:
         w->n_esc++;
+        w->m.jobs[METRICS_ESCALATED]++;
         if (w->hook) webhook_post(w->hook, j->job.job_id, j->ev_value);
         break;
     default: break;
@@ -387,6 +400,7 @@ static void on_finish(void *ud, const state_reply *r) {
                  "attempt taken over by another worker (now attempt %d, %s); dropping our result",
                  r->attempt, r->status);
         w->n_skipped++;
+        w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);
         return;
     }
@@ -446,10 +460,17 @@ static char *attempt_record(wjob *j) {
 static void record_attempt(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_FINISH;
+    w->m.attempts++;
+    metrics_observe(&w->m.job_latency, (double)(util_mono_us() - j->start_us) / 1e6);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, j->violations) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
+        if (cJSON_IsString(code)) metrics_violation(&w->m, code->valuestring);
+    }
     char *rec = attempt_record(j);
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
-    if (!rec || state_finish(w->st, j->job.job_id, j->owner, j->job.attempt, status, rec, j->ptoks,
+    if (!rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, rec, j->ptoks,
                              j->ctoks, on_finish, j)) {
         log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
@@ -579,6 +600,10 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     j->call = NULL;
     j->llm_ms += resp->latency_ms;
     j->http_status = resp->status;
+    metrics_llm_call(&w->m, w->provider == LLM_PROVIDER_ANTHROPIC, resp->status);
+    metrics_observe(&w->m.llm_latency, resp->latency_ms / 1000.0);
+    if (resp->status == 0 && resp->transport == DECIDE_CAT_NETWORK) w->llm_net_fail_ms = util_mono_ms();
+    else w->llm_ok_ms = util_mono_ms();
     free(j->text);
     j->text = NULL;
     cJSON_Delete(j->violations);
@@ -593,6 +618,8 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         j->cat = res.category;
         j->ptoks += res.prompt_tokens;
         j->ctoks += res.completion_tokens;
+        w->m.tokens[0] += (uint64_t)res.prompt_tokens;
+        w->m.tokens[1] += (uint64_t)res.completion_tokens;
         j->text = res.text;
         res.text = NULL;
         snprintf(j->error, sizeof(j->error), "%s", res.error);
@@ -685,6 +712,7 @@ static void on_begin(void *ud, const state_reply *r) {
         }
         log_info(j->job.job_id, j->job.attempt, "job already %s; skipping", r->status);
         w->n_skipped++;
+        w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);
         return;
     case STATE_RETRIED:
@@ -700,12 +728,14 @@ static void on_begin(void *ud, const state_reply *r) {
             return;
         }
         w->n_skipped++;
+        w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);
         return;
     case STATE_STALE:
         log_info(j->job.job_id, j->job.attempt, "stale message (job is at attempt %d, %s); skipping",
                  r->attempt, r->status);
         w->n_skipped++;
+        w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);
         return;
     default:
@@ -878,6 +908,43 @@ static void on_signal(uv_signal_t *s, int signum) {
     check_drained(w);
 }
 
+static void refresh_gauges(worker *w) {
+    w->m.inflight = (int64_t)w->inflight;
+    w->m.consumer_lag = kafka_io_lag(w->kio);
+    w->m.ready_kafka = kafka_io_ready(w->kio);
+    w->m.ready_redis = state_connected(w->st);
+    w->m.ready_llm = !(w->llm_net_fail_ms && w->llm_net_fail_ms >= w->llm_ok_ms);
+}
+
+static int http_handle(void *ud, const char *method, const char *path, sbuf *body,
+                       const char **content_type) {
+    worker *w = ud;
+    if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        sbuf_puts(body, "only GET\n");
+        return 405;
+    }
+    if (!strcmp(path, "/metrics")) {
+        refresh_gauges(w);
+        metrics_render(&w->m, body);
+        *content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return 200;
+    }
+    if (!strcmp(path, "/healthz")) {
+        sbuf_puts(body, "ok\n");
+        return 200;
+    }
+    if (!strcmp(path, "/readyz")) {
+        refresh_gauges(w);
+        int ready = w->m.ready_kafka && w->m.ready_redis && w->m.ready_llm && !w->stopping;
+        sbuf_printf(body, "kafka %s\nredis %s\nllm %s\n%s", w->m.ready_kafka ? "ok" : "down",
+                    w->m.ready_redis ? "ok" : "down", w->m.ready_llm ? "ok" : "unreachable",
+                    w->stopping ? "draining\n" : "");
+        return ready ? 200 : 503;
+    }
+    sbuf_puts(body, "not found: try /metrics, /healthz, /readyz\n");
+    return 404;
+}
+
 static int load_schemas(worker *w, char *err, size_t errlen) {
     const char *dir = config_get(w->cfg, "schemas.dir");
     const char *env = config_get(w->cfg, "schemas.envelopes");
@@ -1017,7 +1084,7 @@ static void raise_nofile(void) {
     }
 }
 
-int worker_run(const config *cfg, const char *worker_id) {
+int worker_run(const config *cfg, const char *worker_id, int slot) {
     worker *w = calloc(1, sizeof(*w));
     char err[8192];
     int rc = 1;
@@ -1026,6 +1093,7 @@ int worker_run(const config *cfg, const char *worker_id) {
     srand((unsigned)(getpid() ^ util_mono_us()));
     w->cfg = cfg;
     w->loop = uv_default_loop();
+    metrics_init(&w->m);
     snprintf(w->id, sizeof(w->id), "%s", worker_id);
     w->source = config_get(cfg, "events.source");
     w->t_jobs = config_get(cfg, "topics.jobs");
@@ -1091,6 +1159,17 @@ int worker_run(const config *cfg, const char *worker_id) {
         log_error(NULL, 0, "%s", err);
         goto out;
     }
+    int mport = (int)config_get_int(cfg, "metrics.port");
+    if (mport > 0) {
+        w->http = http_server_new(w->loop, config_get(cfg, "metrics.host"), mport + slot, http_handle, w, err,
+                                  sizeof(err));
+        if (!w->http) {
+            log_error(NULL, 0, "%s", err);
+            goto out;
+        }
+        log_info(NULL, 0, "metrics on http://%s:%d/metrics", config_get(cfg, "metrics.host"),
+                 http_server_port(w->http));
+    }
     uv_signal_init(w->loop, &w->sigterm);
     uv_signal_init(w->loop, &w->sigint);
     w->sigterm.data = w->sigint.data = w;
@@ -1115,6 +1194,7 @@ out:
     w->kio = NULL;
     state_free(w->st);
     webhook_free(w->hook);
+    http_server_free(w->http);
     llm_client_free(w->llm);
     uv_walk(w->loop, loop_close_walk, NULL);
     uv_run(w->loop, UV_RUN_DEFAULT);

@@ -7,7 +7,9 @@
 #include "config.h"
 
 /* Runs until SIGTERM/SIGINT (then drains in-flight jobs, flushes, commits)
- * or a fatal error.  cfg: borrowed.  Returns the process exit code. */
-int worker_run(const config *cfg, const char *worker_id);
+ * or a fatal error.  cfg: borrowed.  slot: the process's index under the
+ * supervisor (0 alone); the metrics port is metrics.port + slot.  Returns
+ * the process exit code. */
+int worker_run(const config *cfg, const char *worker_id, int slot);
 
 #endif

@@ -1,0 +1,70 @@
+"""/metrics (Prometheus text format, parsed), /healthz and /readyz."""
+import re
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+from stack import free_port, job
+
+LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (-?[0-9.e+Inf]+)$')
+
+
+def scrape(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    samples, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE"):
+            _, _, name, kind = line.split()
+            types[name] = kind
+            continue
+        if not line or line.startswith("#"):
+            continue
+        m = LINE.match(line)
+        assert m, "not Prometheus text: %r" % line
+        labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(3) or "")))
+        samples[(m.group(1), labels)] = float(m.group(4))
+    return samples, types
+
+
+def get(port, path):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_metrics_and_health(stack):
+    port = free_port()
+    stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    time.sleep(0.5)
+    assert get(port, "/healthz") == (200, "ok\n")
+    ids = ["m-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(12)]
+    jobs = [job(j) for j in ids[:8]] + [job(j, directive="defect=wrong_type until=1") for j in ids[8:11]] + \
+           [job(ids[11], directive="defect=refusal")]
+    stack.produce_jobs(jobs)
+    stack.wait_outcomes(ids)
+    time.sleep(1)
+    s, types = scrape(port)
+    assert types["retort_jobs_total"] == "counter" and types["retort_llm_latency_seconds"] == "histogram"
+    assert s[("retort_jobs_total", (("outcome", "final"),))] == 11
+    assert s[("retort_jobs_total", (("outcome", "retry"),))] == 3
+    assert s[("retort_jobs_total", (("outcome", "escalated"),))] == 1
+    assert s[("retort_attempts_total", ())] == 15
+    assert s[("retort_violations_total", (("code", "WRONG_TYPE"),))] == 3
+    assert s[("retort_violations_total", (("code", "REFUSAL"),))] == 1
+    assert s[("retort_llm_calls_total", (("provider", "openai"), ("status_class", "2xx")))] == 15
+    assert s[("retort_llm_latency_seconds_count", ())] == 15
+    assert s[("retort_llm_latency_seconds_bucket", (("le", "+Inf"),))] == 15
+    assert s[("retort_inflight_jobs", ())] == 0
+    assert not any("job_id" in dict(labels) for (_, labels) in s)
+    status, body = get(port, "/readyz")
+    assert status == 200 and "redis ok" in body
+    stack.stop_redis()
+    time.sleep(1)
+    status, body = get(port, "/readyz")
+    assert status == 503 and "redis down" in body
+    assert get(port, "/nope")[0] == 404

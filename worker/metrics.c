@@ -1,0 +1,87 @@
+#include "metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const double bounds[METRICS_BUCKETS] = {0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+
+void metrics_init(metrics *m) {
+    memset(m, 0, sizeof(*m));
+    m->consumer_lag = -1;
+}
+
+void metrics_observe(metrics_histogram *h, double seconds) {
+    for (int i = 0; i < METRICS_BUCKETS; i++)
+        if (seconds <= bounds[i]) {
+            h->buckets[i]++;
+            break;
+        }
+    h->count++;
+    h->sum += seconds;
+}
+
+void metrics_llm_call(metrics *m, int provider, long status) {
+    int cls = status == 0 ? 4 : status == 429 ? 3 : status >= 500 ? 2 : status >= 400 ? 1 : 0;
+    m->llm_calls[provider ? 1 : 0][cls]++;
+}
+
+void metrics_violation(metrics *m, const char *code) {
+    for (int i = 0; i < METRICS_MAX_CODES; i++) {
+        if (!m->codes[i][0]) {
+            snprintf(m->codes[i], sizeof(m->codes[i]), "%s", code);
+            m->code_counts[i] = 1;
+            return;
+        }
+        if (!strcmp(m->codes[i], code)) {
+            m->code_counts[i]++;
+            return;
+        }
+    }
+    m->codes_other++;
+}
+
+static void histogram(sbuf *b, const char *name, const char *help, const metrics_histogram *h) {
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < METRICS_BUCKETS; i++) {
+        cum += h->buckets[i];
+        sbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
+}
+
+void metrics_render(const metrics *m, sbuf *b) {
+    static const char *const outcomes[METRICS_OUTCOMES] = {"final", "retry", "escalated", "dead_letter", "skipped"};
+    static const char *const classes[5] = {"2xx", "4xx", "5xx", "429", "error"};
+    static const char *const providers[2] = {"openai", "anthropic"};
+    sbuf_puts(b, "# HELP retort_jobs_total Job messages handled, by outcome.\n# TYPE retort_jobs_total counter\n");
+    for (int i = 0; i < METRICS_OUTCOMES; i++)
+        sbuf_printf(b, "retort_jobs_total{outcome=\"%s\"} %llu\n", outcomes[i], (unsigned long long)m->jobs[i]);
+    sbuf_printf(b, "# HELP retort_attempts_total Attempts decided (LLM answer validated or failed).\n"
+                   "# TYPE retort_attempts_total counter\nretort_attempts_total %llu\n",
+                (unsigned long long)m->attempts);
+    sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
+    for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++)
+        sbuf_printf(b, "retort_violations_total{code=\"%s\"} %llu\n", m->codes[i], (unsigned long long)m->code_counts[i]);
+    if (m->codes_other) sbuf_printf(b, "retort_violations_total{code=\"OTHER\"} %llu\n", (unsigned long long)m->codes_other);
+    sbuf_puts(b, "# HELP retort_llm_calls_total LLM HTTP calls, by provider and status class.\n# TYPE retort_llm_calls_total counter\n");
+    for (int p = 0; p < 2; p++)
+        for (int c = 0; c < 5; c++)
+            if (m->llm_calls[p][c] || p == 0)
+                sbuf_printf(b, "retort_llm_calls_total{provider=\"%s\",status_class=\"%s\"} %llu\n", providers[p],
+                            classes[c], (unsigned long long)m->llm_calls[p][c]);
+    sbuf_printf(b, "# HELP retort_llm_tokens_total Tokens reported by the LLM.\n# TYPE retort_llm_tokens_total counter\n"
+                   "retort_llm_tokens_total{kind=\"prompt\"} %llu\nretort_llm_tokens_total{kind=\"completion\"} %llu\n",
+                (unsigned long long)m->tokens[0], (unsigned long long)m->tokens[1]);
+    histogram(b, "retort_llm_latency_seconds", "Latency of one LLM call.", &m->llm_latency);
+    histogram(b, "retort_job_latency_seconds", "From an attempt's start to its outcome, LLM included.", &m->job_latency);
+    sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now.\n# TYPE retort_inflight_jobs gauge\n"
+                   "retort_inflight_jobs %lld\n", (long long)m->inflight);
+    sbuf_printf(b, "# HELP retort_consumer_lag_messages Messages of the assigned partitions not yet consumed.\n"
+                   "# TYPE retort_consumer_lag_messages gauge\nretort_consumer_lag_messages %lld\n",
+                (long long)(m->consumer_lag < 0 ? 0 : m->consumer_lag));
+    sbuf_printf(b, "# HELP retort_up Dependencies as the worker sees them (1 ok).\n# TYPE retort_up gauge\n"
+                   "retort_up{dependency=\"kafka\"} %d\nretort_up{dependency=\"redis\"} %d\nretort_up{dependency=\"llm\"} %d\n",
+                m->ready_kafka, m->ready_redis, m->ready_llm);
+}

@@ -1,0 +1,52 @@
+/* metrics.h - the worker's counters, gauges and histograms, rendered in
+ * the Prometheus text format.  Names follow Prometheus conventions
+ * (retort_ prefix, _total counters, seconds); no job ids as labels, and
+ * violation codes (which plugins may invent) are capped in number. */
+#ifndef RETORT_METRICS_H
+#define RETORT_METRICS_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+#define METRICS_MAX_CODES 64
+#define METRICS_BUCKETS 12
+
+typedef enum metrics_outcome {
+    METRICS_FINAL = 0,
+    METRICS_RETRY,
+    METRICS_ESCALATED,
+    METRICS_DEAD_LETTER,
+    METRICS_SKIPPED,      /* duplicate or stale messages */
+    METRICS_OUTCOMES
+} metrics_outcome;
+
+typedef struct metrics_histogram {
+    uint64_t buckets[METRICS_BUCKETS]; /* cumulative at render time */
+    uint64_t count;
+    double sum;
+} metrics_histogram;
+
+typedef struct metrics {
+    uint64_t jobs[METRICS_OUTCOMES];
+    uint64_t attempts;
+    uint64_t llm_calls[2][5];          /* provider x class: 2xx 4xx 5xx 429 error */
+    char codes[METRICS_MAX_CODES][32];
+    uint64_t code_counts[METRICS_MAX_CODES];
+    uint64_t codes_other;
+    uint64_t tokens[2];                /* prompt, completion */
+    metrics_histogram llm_latency;     /* one LLM call */
+    metrics_histogram job_latency;     /* first attempt start to outcome, per attempt */
+    int64_t inflight;
+    int64_t consumer_lag;              /* -1: unknown */
+    int ready_kafka, ready_redis, ready_llm;
+} metrics;
+
+void metrics_init(metrics *m);
+void metrics_observe(metrics_histogram *h, double seconds);
+/* provider: 0 openai, 1 anthropic; status 0 = transport error */
+void metrics_llm_call(metrics *m, int provider, long status);
+void metrics_violation(metrics *m, const char *code);
+void metrics_render(const metrics *m, sbuf *out);
+
+#endif
