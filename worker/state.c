@@ -83,8 +83,37 @@ static const char script_published[] =
     "if p < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'published', ARGV[1]) p = tonumber(ARGV[1]) end\n"
     "return {'ok', redis.call('HGET', KEYS[1], 'status') or '', 0, p, 0}\n";
 
-enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_COUNT };
-static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published};
+/* RATE: two token buckets (requests, tokens) per endpoint and model,
+ * shared by every worker.  Each holds at most one second's worth of its
+ * per-minute limit, so bursts stay short.  Takes `cost` tokens and one
+ * request, or returns how long to wait; ARGV[5] < 0 only adjusts the token
+ * bucket by the difference between a call's estimate and its usage. */
+static const char script_rate[] =
+    "local now = tonumber(ARGV[1])\n"
+    "local rpm, tpm, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local f = redis.call('HMGET', KEYS[1], 'r', 't', 'ts')\n"
+    "local rcap, tcap = math.max(1, rpm / 60), math.max(1, tpm / 60)\n"
+    "local r = tonumber(f[1]) or rcap\n"
+    "local t = tonumber(f[2]) or tcap\n"
+    "local ts = tonumber(f[3]) or now\n"
+    "local dt = math.max(0, now - ts)\n"
+    "r = math.min(rcap, r + dt * rpm / 60000)\n"
+    "t = math.min(tcap, t + dt * tpm / 60000)\n"
+    "local wait = 0\n"
+    "if tonumber(ARGV[5]) < 0 then\n"
+    "  t = math.min(tcap, t - cost)\n"
+    "else\n"
+    "  if rpm > 0 and r < 1 then wait = math.max(wait, math.ceil((1 - r) * 60000 / rpm)) end\n"
+    "  local need = math.min(cost, tcap)\n"
+    "  if tpm > 0 and t < need then wait = math.max(wait, math.ceil((need - t) * 60000 / tpm)) end\n"
+    "  if wait == 0 then r = r - 1 t = t - cost end\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'r', tostring(r), 't', tostring(t), 'ts', now)\n"
+    "redis.call('PEXPIRE', KEYS[1], 120000)\n"
+    "return {'ok', '', wait, 0, 0}\n";
+
+enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_COUNT };
+static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate};
 
 #define OP_MAX_ARGS 16
 
@@ -477,4 +506,23 @@ int state_published(state *st, const char *job_id, int attempt, state_cb cb, voi
     state_op *op = op_new(st, SCRIPT_PUBLISHED, job_id, cb, ud);
     if (!op) return -1;
     return op_submit(st, op, op_addf(op, "%d", attempt));
+}
+
+int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
+               state_cb cb, void *ud) {
+    state_op *op = calloc(1, sizeof(*op));
+    if (!op) return -1;
+    op->st = st;
+    op->script = SCRIPT_RATE;
+    op->cb = cb;
+    op->ud = ud;
+    if (op_addf(op, "%s:rate:{%s}", st->prefix, endpoint)) {
+        op_free(op);
+        return -1;
+    }
+    op->nkeys = 1;
+    op->argc = 0;
+    int failed = op_addf(op, "%lld", (long long)util_wall_ms()) || op_addf(op, "%ld", rpm) ||
+                 op_addf(op, "%ld", tpm) || op_addf(op, "%ld", cost) || op_addf(op, "%d", adjust_only ? -1 : 1);
+    return op_submit(st, op, failed);
 }

@@ -73,6 +73,14 @@ int state_begin(state *st, const char *job_id, int attempt, int max_attempts, co
 int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
                  const char *status, const char *record, long prompt_tokens, long completion_tokens,
                  state_cb cb, void *ud);
+/* Shared rate limit of an endpoint (e.g. "base_url|model"): takes one
+ * request and cost tokens from the buckets (rpm/tpm per minute, 0: no
+ * limit), or says how long to wait: reply->attempt holds the wait in ms
+ * (0: granted).  adjust_only: only add cost (may be negative) to the token
+ * bucket, to settle an estimate against real usage. */
+int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
+               state_cb cb, void *ud);
+
 /* Notes that the outcome event of attempt was delivered. */
 int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud);
 

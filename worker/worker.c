@@ -72,6 +72,9 @@ typedef struct wjob {
     const char *model;
     char owner[192];
     llm_call *call;
+    char *body;              /* request waiting at the gate */
+    long cost;               /* estimated tokens of the request */
+    struct wjob *gate_next;
     uv_timer_t timer;
     int tries;
     uint64_t start_us;
@@ -113,6 +116,16 @@ struct worker {
     http_server *http;
     metrics m;
     uint64_t llm_ok_ms, llm_net_fail_ms;
+    /* the gate in front of the LLM: AIMD concurrency, Retry-After pauses,
+     * shared rate limits */
+    wjob *gate_head, *gate_tail;
+    size_t llm_active;
+    double llm_limit;
+    int aimd;
+    uint64_t paused_until_ms, last_decrease_ms;
+    uv_timer_t gate_timer;
+    long rl_rpm, rl_tpm;
+    char rl_key[512];
     long token_budget;
     state *st;
     offsets *offs;
@@ -218,6 +231,8 @@ static void check_drained(worker *w);
 static void job_begin(wjob *j);
 static void call_llm(wjob *j);
 static void produce_outcome(wjob *j);
+static void gate_leave(worker *w, long status, long retry_after_ms);
+static void rate_noop(void *ud, const state_reply *r);
 
 static void wjob_close_cb(uv_handle_t *h) {
     wjob *j = h->data;
@@ -229,6 +244,7 @@ static void wjob_close_cb(uv_handle_t *h) {
     cJSON_Delete(j->violations);
     free(j->ev_value);
     free(j->msg_key);
+    free(j->body);
     free(j);
 }
 
@@ -600,6 +616,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     j->call = NULL;
     j->llm_ms += resp->latency_ms;
     j->http_status = resp->status;
+    gate_leave(w, resp->status, resp->retry_after_ms);
     metrics_llm_call(&w->m, w->provider == LLM_PROVIDER_ANTHROPIC, resp->status);
     metrics_observe(&w->m.llm_latency, resp->latency_ms / 1000.0);
     if (resp->status == 0 && resp->transport == DECIDE_CAT_NETWORK) w->llm_net_fail_ms = util_mono_ms();
@@ -620,6 +637,10 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         j->ctoks += res.completion_tokens;
         w->m.tokens[0] += (uint64_t)res.prompt_tokens;
         w->m.tokens[1] += (uint64_t)res.completion_tokens;
+        if (w->rl_tpm) {
+            long diff = res.prompt_tokens + res.completion_tokens - j->cost;
+            if (diff) state_rate(w->st, w->rl_key, w->rl_rpm, w->rl_tpm, diff, 1, rate_noop, NULL);
+        }
         j->text = res.text;
         res.text = NULL;
         snprintf(j->error, sizeof(j->error), "%s", res.error);
@@ -654,15 +675,12 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     conclude(j, resp->retry_after_ms, resp->should_retry);
 }
 
-static void call_llm(wjob *j) {
+static void gate_pump(worker *w);
+
+static void submit_now(wjob *j) {
     worker *w = j->w;
-    j->stage = STAGE_LLM;
-    int sends = llm_api_sends_schema(w->provider, w->rf);
-    cJSON *msgs = job_messages(&j->job, sends ? NULL : j->schema_text);
-    llm_api_request req = {w->provider, j->model, msgs, j->job.params, j->schema_doc,
-                           j->schema_name, w->rf, w->max_tokens};
-    char *body = llm_api_build_body(&req);
-    cJSON_Delete(msgs);
+    char *body = j->body;
+    j->body = NULL;
     if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, on_llm_done, j, &j->call)) {
         llm_response resp = {0};
         resp.transport = DECIDE_CAT_NETWORK;
@@ -672,6 +690,91 @@ static void call_llm(wjob *j) {
         on_llm_done(j, &resp);
     }
 }
+
+static void rate_acquire(wjob *j);
+
+static void rate_wait_cb(uv_timer_t *t) { rate_acquire(t->data); }
+
+static void on_rate(void *ud, const state_reply *r) {
+    wjob *j = ud;
+    if (r->verdict == STATE_ERROR || r->attempt <= 0) {
+        /* Granted; a failing limiter must not stop the pool. */
+        submit_now(j);
+        return;
+    }
+    uv_timer_start(&j->timer, rate_wait_cb, (uint64_t)r->attempt, 0);
+}
+
+static void rate_acquire(wjob *j) {
+    worker *w = j->w;
+    if (state_rate(w->st, w->rl_key, w->rl_rpm, w->rl_tpm, j->cost, 0, on_rate, j)) submit_now(j);
+}
+
+static void gate_timer_cb(uv_timer_t *t) { gate_pump(t->data); }
+
+/* Starts queued calls while the concurrency limit and any Retry-After
+ * pause allow. */
+static void gate_pump(worker *w) {
+    uint64_t now = util_mono_ms();
+    if (w->paused_until_ms > now) {
+        uv_timer_start(&w->gate_timer, gate_timer_cb, w->paused_until_ms - now, 0);
+        return;
+    }
+    while (w->gate_head && (double)w->llm_active < w->llm_limit) {
+        wjob *j = w->gate_head;
+        w->gate_head = j->gate_next;
+        if (!w->gate_head) w->gate_tail = NULL;
+        j->gate_next = NULL;
+        w->llm_active++;
+        if (w->rl_rpm || w->rl_tpm) rate_acquire(j);
+        else submit_now(j);
+    }
+}
+
+/* After a call: additive increase on success, multiplicative decrease on
+ * 429 (at most once a second, so one burst of 429s halves once), and a
+ * Retry-After pauses this endpoint only. */
+static void gate_leave(worker *w, long status, long retry_after_ms) {
+    w->llm_active--;
+    uint64_t now = util_mono_ms();
+    if (status == 429) {
+        if (w->aimd && now - w->last_decrease_ms >= 1000) {
+            double before = w->llm_limit;
+            w->llm_limit = w->llm_limit / 2 < 1 ? 1 : w->llm_limit / 2;
+            w->last_decrease_ms = now;
+            log_warn(NULL, 0, "rate limited (429): concurrency limit %.0f -> %.0f", before, w->llm_limit);
+        }
+        if (retry_after_ms > 0) {
+            uint64_t until = now + (uint64_t)(retry_after_ms < w->backoff_max ? retry_after_ms : w->backoff_max);
+            if (until > w->paused_until_ms) w->paused_until_ms = until;
+        }
+    } else if (status >= 200 && status < 300 && w->llm_limit < (double)w->max_inflight) {
+        w->llm_limit += 1.0 / w->llm_limit;
+        if (w->llm_limit > (double)w->max_inflight) w->llm_limit = (double)w->max_inflight;
+    }
+    gate_pump(w);
+}
+
+static void call_llm(wjob *j) {
+    worker *w = j->w;
+    j->stage = STAGE_LLM;
+    int sends = llm_api_sends_schema(w->provider, w->rf);
+    cJSON *msgs = job_messages(&j->job, sends ? NULL : j->schema_text);
+    llm_api_request req = {w->provider, j->model, msgs, j->job.params, j->schema_doc,
+                           j->schema_name, w->rf, w->max_tokens};
+    free(j->body);
+    j->body = llm_api_build_body(&req);
+    cJSON_Delete(msgs);
+    /* Tokens a request may use: its prompt (about 4 bytes a token) and the
+     * completion budget; settled against real usage afterwards. */
+    j->cost = (long)(j->body ? strlen(j->body) / 4 : 0) + w->max_tokens / 4;
+    if (w->gate_tail) w->gate_tail->gate_next = j;
+    else w->gate_head = j;
+    w->gate_tail = j;
+    gate_pump(w);
+}
+
+static void rate_noop(void *ud, const state_reply *r) {}
 
 /* ---- Redis: begin ------------------------------------------------------- */
 
@@ -1114,6 +1217,11 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->tmpl = config_get(cfg, "retry.template");
     w->max_inflight = (size_t)config_get_int(cfg, "llm.max_inflight");
     w->token_budget = (long)config_get_int(cfg, "retry.token_budget");
+    w->llm_limit = (double)w->max_inflight;
+    w->aimd = config_get_bool(cfg, "llm.aimd");
+    w->rl_rpm = (long)config_get_int(cfg, "ratelimit.rpm");
+    w->rl_tpm = (long)config_get_int(cfg, "ratelimit.tpm");
+    snprintf(w->rl_key, sizeof(w->rl_key), "%s|%s", config_get(cfg, "llm.base_url"), config_get(cfg, "llm.model"));
     w->low_water = w->max_inflight * 3 / 4;
     w->sopts.format_assert = config_get_bool(cfg, "schemas.format_assert");
     w->sopts.max_violations = w->max_violations;
@@ -1179,6 +1287,8 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->drain_timer.data = w;
     uv_timer_init(w->loop, &w->drain_poll);
     w->drain_poll.data = w;
+    uv_timer_init(w->loop, &w->gate_timer);
+    w->gate_timer.data = w;
     log_info(NULL, 0, "worker %s: consuming %s (group %s), llm %s %s, max in flight %zu", w->id,
              w->t_jobs, config_get(cfg, "kafka.group.id"), config_get(cfg, "llm.provider"),
              config_get(cfg, "llm.base_url"), w->max_inflight);

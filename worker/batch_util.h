@@ -1,0 +1,104 @@
+/* batch_util.h - what the batch commands (retort submit, watch, results,
+ * resubmit, report) share: their argument parsing, a synchronous Redis
+ * connection with pipelined commands, the batch's key names, and a
+ * librdkafka producer that waits for every delivery report.
+ *
+ * Redis keys of a batch (PREFIX from redis.key_prefix):
+ *   PREFIX:batch:{B}         hash: counters kept by the workers (final,
+ *                            escalated, retrying, attempts, prompt_tokens,
+ *                            completion_tokens, updated) plus, from submit:
+ *                            total, created, submitted_by, input; from
+ *                            resubmit: resubmitted, replaced_attempts,
+ *                            replaced_prompt_tokens.MODEL,
+ *                            replaced_completion_tokens.MODEL
+ *   PREFIX:batch:{B}:jobs    list: the job ids in input order
+ *   PREFIX:batch:{B}:input   hash: job id -> the job JSON as produced
+ * All expire after redis.ttl_s. */
+#ifndef RETORT_BATCH_UTIL_H
+#define RETORT_BATCH_UTIL_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+#include "config.h"
+
+/* Exit codes of every batch command. */
+#define BATCH_EXIT_OK 0
+#define BATCH_EXIT_NO 1     /* the answer is negative: unknown batch, jobs not finished */
+#define BATCH_EXIT_USAGE 2  /* usage, input, configuration or connection error */
+
+/* One option of a command.  name: "--interval"; alias: "-o" or NULL. */
+typedef struct batch_opt {
+    const char *name;
+    const char *alias;
+    int takes_value;
+    const char *value;  /* out: the value (borrowed from argv), or NULL */
+    int set;            /* out: given at least once */
+} batch_opt;
+
+/* Parses argv[1..argc) of command cmd: its own options (opts, "--name=value"
+ * accepted too), the configuration flags of every command (-c/--config,
+ * -s/--set, -b/--brokers, --log-level, --log-format, loaded with
+ * cli_config_load) and up to maxpos positional arguments (pos: borrowed
+ * from argv).  Returns 0 with *cfg (taken) set, or BATCH_EXIT_USAGE after
+ * printing why.  usage is printed on stderr with a usage error. */
+int batch_util_args(const char *cmd, const char *usage, int argc, char **argv, batch_opt *opts,
+                    size_t nopts, const char **pos, size_t maxpos, size_t *npos, config **cfg);
+
+/* Key names.  Return buf. */
+const char *batch_util_key_batch(const config *cfg, const char *batch, char *buf, size_t len);
+const char *batch_util_key_jobs(const config *cfg, const char *batch, char *buf, size_t len);
+const char *batch_util_key_input(const config *cfg, const char *batch, char *buf, size_t len);
+const char *batch_util_key_job(const config *cfg, const char *job_id, char *buf, size_t len);
+const char *batch_util_key_history(const config *cfg, const char *job_id, char *buf, size_t len);
+
+/* Connects to redis.host:redis.port (5 s timeout), AUTH and SELECT as
+ * configured.  NULL with err set on failure. */
+redisContext *batch_util_redis(const config *cfg, char *err, size_t errlen);
+
+/* A Redis list of strings (job ids).  Entries are owned. */
+typedef struct batch_ids {
+    char **ids;
+    size_t count;
+} batch_ids;
+
+/* LRANGE key 0 -1 into out.  0 = ok (an absent key gives count 0). */
+int batch_util_read_list(redisContext *c, const char *key, batch_ids *out, char *err, size_t errlen);
+void batch_ids_clear(batch_ids *ids);
+
+/* Pipelining: for item i of n, build appends exactly per_item commands
+ * (redisAppendCommand*; return 0, or -1 to fail); then, once a chunk of
+ * items has been sent, reply(i, replies, ud) gets that item's per_item
+ * replies (valid until it returns; return 0, or -1 to stop with err
+ * filled by the callback).  Commands go out in chunks so memory stays
+ * bounded for any n.  0 = ok; -1 with err on a connection error. */
+typedef int (*batch_pipe_build)(redisContext *c, size_t i, void *ud);
+typedef int (*batch_pipe_reply)(size_t i, redisReply **replies, void *ud, char *err, size_t errlen);
+int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_build build,
+                        batch_pipe_reply reply, void *ud, char *err, size_t errlen);
+
+/* The decimal value of an integer or string reply; def when nil/other. */
+long long batch_util_reply_ll(const redisReply *r, long long def);
+
+/* A producer for the jobs topic: every kafka.* and kafka.producer.* key,
+ * idempotent, message.timeout.ms 30 s unless configured. */
+typedef struct batch_producer batch_producer;
+
+batch_producer *batch_producer_new(const config *cfg, char *err, size_t errlen);
+void batch_producer_free(batch_producer *p); /* accepts NULL */
+/* Asks the cluster for the topic's metadata: fails fast when no broker
+ * answers within timeout_ms.  0 = ok. */
+int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, char *err, size_t errlen);
+/* Queues value (copied) with key; index identifies the message in the
+ * delivery results.  Waits while the local queue is full.  0 = ok. */
+int batch_producer_send(batch_producer *p, const char *topic, const char *key, const char *value,
+                        size_t len, size_t index, char *err, size_t errlen);
+/* Waits until every queued message has a delivery report (or the
+ * delivery timeout and a margin passed).  Returns the number of messages
+ * not delivered (failed, or no report in time) with the first error in
+ * err.  failed / nfailed (may be NULL) receive the indexes of the messages
+ * whose report was an error (owned by p, valid until it is freed). */
+size_t batch_producer_flush(batch_producer *p, const size_t **failed, size_t *nfailed, char *err,
+                            size_t errlen);
+
+#endif
