@@ -1,7 +1,6 @@
 /* batch_util.h - what the batch commands (retort submit, watch, results,
  * resubmit, report) share: their argument parsing, a synchronous Redis
- * connection with pipelined commands, the batch's key names, and a
- * librdkafka producer that waits for every delivery report.
+ * connection with pipelined commands, the batch's key names.
  *
  * Redis keys of a batch (PREFIX from redis.key_prefix):
  *   PREFIX:batch:{B}         hash: counters kept by the workers (final,
@@ -9,7 +8,7 @@
  *                            completion_tokens, updated) plus, from submit:
  *                            total, created, submitted_by, input; from
  *                            resubmit: resubmitted, replaced_attempts,
- *                            replaced_prompt_tokens.MODEL,
+ *                            replaced_attempts.MODEL, replaced_prompt_tokens.MODEL,
  *                            replaced_completion_tokens.MODEL
  *   PREFIX:batch:{B}:jobs    list: the job ids in input order
  *   PREFIX:batch:{B}:input   hash: job id -> the job JSON as produced
@@ -64,14 +63,15 @@ typedef struct batch_ids {
 
 /* LRANGE key 0 -1 into out.  0 = ok (an absent key gives count 0). */
 int batch_util_read_list(redisContext *c, const char *key, batch_ids *out, char *err, size_t errlen);
-void batch_ids_clear(batch_ids *ids);
+void batch_util_ids_clear(batch_ids *ids);
 
 /* Pipelining: for item i of n, build appends exactly per_item commands
  * (redisAppendCommand*; return 0, or -1 to fail); then, once a chunk of
  * items has been sent, reply(i, replies, ud) gets that item's per_item
  * replies (valid until it returns; return 0, or -1 to stop with err
  * filled by the callback).  Commands go out in chunks so memory stays
- * bounded for any n.  0 = ok; -1 with err on a connection error. */
+ * bounded for any n.  0 = ok; -1 with err on a connection error or when a
+ * callback fails (replies may then be left unread: free the connection). */
 typedef int (*batch_pipe_build)(redisContext *c, size_t i, void *ud);
 typedef int (*batch_pipe_reply)(size_t i, redisReply **replies, void *ud, char *err, size_t errlen);
 int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_build build,
@@ -79,26 +79,5 @@ int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_b
 
 /* The decimal value of an integer or string reply; def when nil/other. */
 long long batch_util_reply_ll(const redisReply *r, long long def);
-
-/* A producer for the jobs topic: every kafka.* and kafka.producer.* key,
- * idempotent, message.timeout.ms 30 s unless configured. */
-typedef struct batch_producer batch_producer;
-
-batch_producer *batch_producer_new(const config *cfg, char *err, size_t errlen);
-void batch_producer_free(batch_producer *p); /* accepts NULL */
-/* Asks the cluster for the topic's metadata: fails fast when no broker
- * answers within timeout_ms.  0 = ok. */
-int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, char *err, size_t errlen);
-/* Queues value (copied) with key; index identifies the message in the
- * delivery results.  Waits while the local queue is full.  0 = ok. */
-int batch_producer_send(batch_producer *p, const char *topic, const char *key, const char *value,
-                        size_t len, size_t index, char *err, size_t errlen);
-/* Waits until every queued message has a delivery report (or the
- * delivery timeout and a margin passed).  Returns the number of messages
- * not delivered (failed, or no report in time) with the first error in
- * err.  failed / nfailed (may be NULL) receive the indexes of the messages
- * whose report was an error (owned by p, valid until it is freed). */
-size_t batch_producer_flush(batch_producer *p, const size_t **failed, size_t *nfailed, char *err,
-                            size_t errlen);
 
 #endif

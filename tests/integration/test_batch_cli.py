@@ -1,0 +1,560 @@
+"""The batch commands against the real stack: retort submit, watch, results,
+resubmit and report, checked against the events the workers produced, the
+mock LLM's call counts and Redis."""
+import collections
+import errno
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+
+import pytest
+
+from stack import BUILD
+
+RETORT = os.path.join(BUILD, "retort")
+
+# One job of each kind every ten lines: the kinds are known from the input
+# alone, so every count below has an expected value independent of Retort.
+KINDS = {
+    "ok": None,                                  # valid at once
+    "fix": "defect=wrong_type until=1",          # invalid, fixed on attempt 2
+    "never": "defect=wrong_type",                # invalid 3 times: escalated
+    "refusal": "defect=refusal",                 # escalated at once
+}
+PATTERN = ["ok", "fix", "ok", "never", "ok", "refusal", "fix", "ok", "never", "never"]
+
+
+def kinds(n=30):
+    return [PATTERN[i % len(PATTERN)] for i in range(n)]
+
+
+def write_jobs(stack, n=30, name="jobs.jsonl", with_ids=False, extra_lines=()):
+    """A JSONL file of n jobs (some with their own job_id when with_ids);
+    returns (path, kinds)."""
+    ks = kinds(n)
+    path = os.path.join(stack.dir, name)
+    with open(path, "w") as f:
+        for i, k in enumerate(ks):
+            prompt = "Describe product %d." % i
+            if KINDS[k]:
+                prompt += " [[mock %s]]" % KINDS[k]
+            j = {"schema": "product.v1", "prompt": prompt, "metadata": {"i": i}}
+            if with_ids and i % 3 == 0:
+                j["job_id"] = "own-%s-%d" % (os.path.basename(stack.dir), i)
+            f.write(json.dumps(j) + "\n")
+            if i == 4:
+                f.write("\n")  # a blank line is allowed
+        for line in extra_lines:
+            f.write(line + "\n")
+    return path, ks
+
+
+def retort(stack, *args, timeout=120, **kw):
+    return subprocess.run([RETORT] + list(args) + ["-c", stack.config_path], capture_output=True,
+                          text=True, timeout=timeout, **kw)
+
+
+def submit(stack, path, *args):
+    p = retort(stack, "submit", path, *args)
+    assert p.returncode == 0, p.stderr
+    m = re.match(r"batch (\S+): submitted (\d+) job\(s\) to retort.jobs$", p.stdout.strip())
+    assert m, p.stdout
+    return m.group(1), int(m.group(2))
+
+
+def batch_ids(stack, batch):
+    return stack.redis_client().lrange("retort:batch:{%s}:jobs" % batch, 0, -1)
+
+
+def wait_done(stack, batch, timeout=120):
+    """Waits with watch itself (plain mode) and returns its output lines."""
+    p = retort(stack, "watch", batch, "--interval", "0.2", timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+def latest_outcomes(stack, ids):
+    """job id -> its latest outcome event (final or escalation), by the
+    order of production per job."""
+    want = set(ids)
+    out = {}
+    for m in stack.consume("retort.final") + stack.consume("retort.escalations"):
+        v = m["value"]
+        if v and v["job_id"] in want:
+            prev = out.get(v["job_id"])
+            if prev is None or v["finished_at"] >= prev["finished_at"]:
+                out[v["job_id"]] = dict(v, _type=m["headers"]["ce_type"])
+    return out
+
+
+def run_batch(stack, n=30, **kw):
+    stack.start_worker()
+    path, ks = write_jobs(stack, n, **kw)
+    batch, count = submit(stack, path)
+    assert count == n
+    lines = wait_done(stack, batch)
+    return batch, ks, lines
+
+
+# ---- submit ----------------------------------------------------------------
+
+def test_submit_produces_every_line_in_order(stack):
+    path, ks = write_jobs(stack, 12, with_ids=True)
+    p = retort(stack, "submit", path, "--batch", "mine-1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "batch mine-1: submitted 12 job(s) to retort.jobs"
+    r = stack.redis_client()
+    ids = batch_ids(stack, "mine-1")
+    # generated ids carry the batch id and the line number (line 6 is blank)
+    expected = []
+    for i in range(12):
+        line = i + 1 + (1 if i > 4 else 0)
+        expected.append("own-%s-%d" % (os.path.basename(stack.dir), i) if i % 3 == 0 else "mine-1-%06d" % line)
+    assert ids == expected
+    msgs = [m for m in stack.consume("retort.jobs")]
+    assert sorted(m["key"] for m in msgs) == sorted(ids)
+    by_id = {m["key"]: m["value"] for m in msgs}
+    for i, jid in enumerate(ids):
+        job = by_id[jid]
+        assert job["job_id"] == jid and job["batch_id"] == "mine-1" and job["metadata"] == {"i": i}
+        assert json.loads(r.hget("retort:batch:{mine-1}:input", jid)) == job
+    h = r.hgetall("retort:batch:{mine-1}")
+    assert h["total"] == "12" and int(h["created"]) > 0
+    for key in ("retort:batch:{mine-1}", "retort:batch:{mine-1}:jobs", "retort:batch:{mine-1}:input"):
+        assert 0 < r.ttl(key) <= 604800
+    # the same batch id twice is refused and produces nothing more
+    p = retort(stack, "submit", path, "--batch", "mine-1")
+    assert p.returncode == 2 and "exists already" in p.stderr
+    assert len(stack.consume("retort.jobs")) == 12
+
+
+def test_submit_generates_a_batch_id(stack):
+    path, _ = write_jobs(stack, 3)
+    batch, n = submit(stack, path)
+    assert n == 3 and re.match(r"^b\d{8}-\d{6}-[0-9a-f]{6}$", batch)
+    assert batch_ids(stack, batch) == ["%s-%06d" % (batch, i) for i in (1, 2, 3)]
+    # from standard input, another batch id
+    with open(path) as f:
+        p = retort(stack, "submit", "-", stdin=f)
+    assert p.returncode == 0, p.stderr
+    other = p.stdout.split()[1].rstrip(":")
+    assert other != batch and len(batch_ids(stack, other)) == 3
+    assert len(stack.consume("retort.jobs")) == 6
+
+
+def test_malformed_line_produces_nothing(stack):
+    path, _ = write_jobs(stack, 5, extra_lines=['{"schema": "product.v1", "prompt": "x"}', "[1, 2]",
+                                                '{"schema": "product.v1", "prompt": '])
+    p = retort(stack, "submit", path, "--batch", "bad")
+    assert p.returncode == 2
+    # lines 1-5 are jobs, line 6 blank, 7 a job, 8 an array, 9 cut JSON
+    assert "%s:8: not a JSON object" % path in p.stderr
+    assert "%s:9: not a JSON object (not JSON)" % path in p.stderr
+    assert ":7:" not in p.stderr
+    assert "nothing submitted" in p.stderr
+    assert stack.consume("retort.jobs") == []
+    assert stack.redis_client().keys("retort:batch:*") == []
+
+
+def test_invalid_jobs_are_refused(stack):
+    path = os.path.join(stack.dir, "bad.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps({"job_id": "a", "schema": "product.v1", "prompt": "x"}) + "\n")
+        f.write(json.dumps({"job_id": "a", "schema": "product.v1", "prompt": "y"}) + "\n")
+        f.write(json.dumps({"schema": "product.v1"}) + "\n")              # neither prompt nor messages
+        f.write(json.dumps({"job_id": "x y", "schema": "product.v1", "prompt": "z"}) + "\n")
+    p = retort(stack, "submit", path)
+    assert p.returncode == 2
+    assert "%s:2: job_id a repeats line 1" % path in p.stderr
+    assert "%s:3: job " % path in p.stderr and "not a valid job" in p.stderr
+    assert "%s:4: job_id must be" % path in p.stderr
+    assert stack.consume("retort.jobs") == []
+
+
+def test_submit_refuses_job_ids_with_state(stack):
+    r = stack.redis_client()
+    r.hset("retort:job:{taken}", mapping={"status": "final", "attempt": 1})
+    path = os.path.join(stack.dir, "taken.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps({"job_id": "taken", "schema": "product.v1", "prompt": "x"}) + "\n")
+    p = retort(stack, "submit", path)
+    assert p.returncode == 2 and "job taken (line 1) has state in Redis already (status final)" in p.stderr
+    assert stack.consume("retort.jobs") == []
+
+
+def test_connection_errors(stack):
+    path, _ = write_jobs(stack, 2)
+    # no broker: nothing produced, nothing left in Redis, exit 2 quickly
+    t0 = time.time()
+    p = retort(stack, "submit", path, "--batch", "nobroker", "-b", "127.0.0.1:1",
+               "--set", "kafka.message.timeout.ms=3000", timeout=60)
+    assert p.returncode == 2 and "kafka" in p.stderr and "nothing submitted" in p.stderr
+    assert time.time() - t0 < 30
+    assert stack.redis_client().keys("retort:batch:*") == []
+    # no Redis
+    for cmd in (["watch", "x"], ["results", "x", "-o", os.path.join(stack.dir, "o.jsonl")], ["report", "x"],
+                ["resubmit", "x", "--escalated"], ["submit", path]):
+        p = retort(stack, *cmd, "--set", "redis.port=1")
+        assert p.returncode == 2 and "redis 127.0.0.1:1" in p.stderr, (cmd, p.stderr)
+
+
+def test_usage_errors(stack):
+    cases = [(["submit"], "which file"),
+             (["watch"], "which batch"),
+             (["results", "b"], "-o OUT.jsonl"),
+             (["resubmit", "b"], "--escalated"),
+             (["resubmit", "b", "--escalated", "--max-attempts", "0"], "--max-attempts"),
+             (["report", "b", "--threshold", "2"], "--threshold"),
+             (["watch", "b", "--interval", "x"], "--interval"),
+             (["report", "b", "--bogus"], "unknown option '--bogus'"),
+             (["report", "b", "--set", "nope.key=1"], "unknown config key 'nope.key'")]
+    for args, msg in cases:
+        p = retort(stack, *args)
+        assert p.returncode == 2 and msg in p.stderr, (args, p.returncode, p.stderr)
+    p = retort(stack, "report", "--help")
+    assert p.returncode == 0 and p.stdout.startswith("usage: retort report")
+
+
+def test_unknown_batch(stack):
+    out = os.path.join(stack.dir, "out.jsonl")
+    for args in (["watch", "nope"], ["watch", "nope", "--once"], ["results", "nope", "-o", out],
+                 ["report", "nope"], ["report", "nope", "--json"], ["resubmit", "nope", "--escalated"]):
+        p = retort(stack, *args)
+        assert p.returncode == 1 and "unknown batch nope" in p.stderr, (args, p.stderr)
+    assert not os.path.exists(out)
+
+
+# ---- watch -----------------------------------------------------------------
+
+def plain_numbers(line):
+    m = re.search(r"batch \S+: (\d+)/(\d+) done \(([\d.]+)%\), final (\d+), escalated (\d+), retries (\d+)", line)
+    assert m, line
+    return [float(x) if "." in x else int(x) for x in m.groups()]
+
+
+def test_watch_plain_lines_through_a_pipe(stack):
+    stack.start_worker()
+    path, ks = write_jobs(stack, 30)
+    batch, _ = submit(stack, path)
+    lines = wait_done(stack, batch)
+    assert lines and not any("\r" in l or "\033" in l for l in lines)
+    nums = [plain_numbers(l) for l in lines]
+    # done never goes back, each line adds up, and the last one is complete
+    assert [n[0] for n in nums] == sorted(n[0] for n in nums)
+    for done, total, pct, final, esc, retries in nums:
+        assert total == 30 and done == final + esc
+    c = collections.Counter(ks)
+    assert nums[-1] == [30, 30, 100.0, c["ok"] + c["fix"], c["never"] + c["refusal"],
+                        c["fix"] + 2 * c["never"]]
+    assert re.search(r", complete in \d+s$", lines[-1])
+    # --once on a complete batch: one line, exit 0
+    p = retort(stack, "watch", batch, "--once")
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 1 and "30/30" in p.stdout
+
+
+def test_watch_before_the_workers(stack):
+    path, _ = write_jobs(stack, 5)
+    batch, _ = submit(stack, path)
+    p = retort(stack, "watch", batch, "--once")
+    assert p.returncode == 1 and "0/5 done (0.0%), final 0, escalated 0, retries 0, -- jobs/s, ETA --" in p.stdout
+    # it waits until interrupted, printing a line per interval
+    proc = subprocess.Popen([RETORT, "watch", batch, "--interval", "0.2", "-c", stack.config_path],
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == -signal.SIGINT
+    assert len(out.splitlines()) >= 4 and all("0/5 done" in l for l in out.splitlines())
+
+
+def read_pty(master, proc, timeout):
+    out = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError as e:  # EIO once the child closed the terminal
+                if e.errno != errno.EIO:
+                    raise
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    return out.decode()
+
+
+def watch_on_a_terminal(stack, batch, cols, *args, timeout=120):
+    """Runs watch with its stdout on a pseudo-terminal of cols columns;
+    returns (exit code, output with the terminal's CR LF made LF)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, cols, 0, 0))
+    proc = subprocess.Popen([RETORT, "watch", batch, "-c", stack.config_path] + list(args),
+                            stdin=slave, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    try:
+        out = read_pty(master, proc, timeout)
+        rc = proc.wait(10)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return rc, out.replace("\r\n", "\n")
+
+
+def test_watch_redraws_a_bar_on_a_terminal(stack):
+    stack.start_worker()
+    path, ks = write_jobs(stack, 30)
+    batch, _ = submit(stack, path)
+    rc, out = watch_on_a_terminal(stack, batch, 120, "--interval", "0.1")
+    assert rc == 0, out
+    frames = out.split("\r")[1:]
+    # redrawn in place: several frames, each cleared to the end of the
+    # line; one line only (the newline comes once, after the last frame)
+    assert len(frames) >= 4, out
+    assert all(f.count("\033[K") == 1 for f in frames)
+    assert out.endswith("\n") and out.count("\n") == 1
+    last = frames[-1].replace("\033[K", "").strip()
+    c = collections.Counter(ks)
+    final, esc = c["ok"] + c["fix"], c["never"] + c["refusal"]
+    assert re.match(r"^\[(#+)(x+)\] 30/30 100\.0%% \| final %d \| retries %d \| escalated %d \| [\d.]+ jobs/s \| "
+                    r"complete in \d+s$" % (final, c["fix"] + 2 * c["never"], esc), last), last
+    # the bar: finals as #, escalations as x, in proportion
+    bar = re.match(r"^\[(#+)(x+)\]", last)
+    width = len(bar.group(1) + bar.group(2))
+    assert 10 <= width <= 40 and len(bar.group(1)) == width * final // 30
+    # earlier frames were progress, not yet complete, with an ETA or no rate yet
+    early = [f for f in frames[:-1] if "30/30" not in f]
+    assert early and all(re.search(r"\| ETA (--|\d+s)", f) for f in early)
+    assert all(len(f.replace("\033[K", "").rstrip("\n")) <= 119 for f in frames)
+
+    # a narrow terminal: short labels, still one line that fits
+    rc, out = watch_on_a_terminal(stack, batch, 60, "--once")
+    line = out.replace("\033[K", "").strip("\r\n")
+    assert rc == 0 and len(line) <= 59 and "30/30 100.0%% f%d r%d e%d" % (
+        final, c["fix"] + 2 * c["never"], esc) in line, line
+
+
+# ---- results ---------------------------------------------------------------
+
+def test_results_in_input_order_split_by_outcome(stack):
+    batch, ks, _ = run_batch(stack, with_ids=True)
+    ids = batch_ids(stack, batch)
+    events = latest_outcomes(stack, ids)
+    assert set(events) == set(ids)
+    out = os.path.join(stack.dir, "out.jsonl")
+    p = retort(stack, "results", batch, "-o", out)
+    assert p.returncode == 0, p.stderr
+    errs = os.path.join(stack.dir, "out.errors.jsonl")
+    finals = [json.loads(l) for l in open(out)]
+    escs = [json.loads(l) for l in open(errs)]
+    want_final = [j for j in ids if events[j]["_type"] == "retort.job.final"]
+    want_esc = [j for j in ids if events[j]["_type"] == "retort.job.escalated"]
+    # input order, joined by job id, the split the events say
+    assert [f["job_id"] for f in finals] == want_final
+    assert [e["job_id"] for e in escs] == want_esc
+    assert len(want_final) == sum(k in ("ok", "fix") for k in ks)
+    for f in finals:
+        ev = events[f["job_id"]]
+        assert set(f) == {"job_id", "output", "attempts"}
+        assert f["output"] == ev["output"] and f["attempts"] == ev["attempts"]
+    for e in escs:
+        ev = events[e["job_id"]]
+        assert set(e) == {"job_id", "reason", "category", "attempts", "violations"}
+        assert (e["reason"], e["category"], e["attempts"], e["violations"]) == \
+               (ev["reason"], ev["category"], ev["attempts"], ev["violations"])
+    assert p.stdout.strip() == "batch %s: %d final -> %s, %d escalated -> %s" % (
+        batch, len(finals), out, len(escs), errs)
+    # an explicit errors file
+    errs2 = os.path.join(stack.dir, "e2.jsonl")
+    p = retort(stack, "results", batch, "-o", os.path.join(stack.dir, "o2.jsonl"), "--errors", errs2)
+    assert p.returncode == 0 and open(errs2).read() == open(errs).read()
+
+
+def test_results_counts_unfinished_jobs(stack):
+    path, _ = write_jobs(stack, 6)
+    batch, _ = submit(stack, path)
+    out = os.path.join(stack.dir, "early.jsonl")
+    p = retort(stack, "results", batch, "-o", out)
+    assert p.returncode == 1
+    assert "6 of 6 job(s) not finished yet (0 running or retrying, 6 not started or expired)" in p.stderr
+    assert open(out).read() == "" and open(os.path.join(stack.dir, "early.errors.jsonl")).read() == ""
+    # a job in flight counts as running
+    r = stack.redis_client()
+    r.hset("retort:job:{%s}" % batch_ids(stack, batch)[0], mapping={"status": "running", "attempt": 1})
+    p = retort(stack, "results", batch, "-o", out)
+    assert p.returncode == 1 and "(1 running or retrying, 5 not started or expired)" in p.stderr
+
+
+# ---- report ----------------------------------------------------------------
+
+def expected_report(ids, events):
+    """The report's numbers computed from the outcome events alone."""
+    finals = [events[j] for j in ids if events[j]["_type"] == "retort.job.final"]
+    escs = [events[j] for j in ids if events[j]["_type"] == "retort.job.escalated"]
+    hist = collections.Counter(str(e["attempts"]) for e in finals + escs)
+    codes = collections.Counter()
+    for e in finals:
+        for s in e["summary"]:
+            codes.update(s["codes"])
+    repeated = collections.Counter()
+    for e in escs:
+        for h in e["history"]:
+            codes.update(v["code"] for v in h["violations"])
+        per = collections.Counter()
+        for h in e["history"]:
+            per.update({(v["code"], v["path"]) for v in h["violations"]})
+        repeated.update(k for k, n in per.items() if n >= 2)
+    for e in finals:  # a final job has at most one invalid attempt here
+        assert sum(1 for s in e["summary"] if s["codes"]) <= 1
+    run = best = 0
+    for j in ids:
+        run = run + 1 if events[j]["_type"] == "retort.job.escalated" else 0
+        best = max(best, run)
+    usage = [e["usage"] for e in finals + escs]
+    return {
+        "final": len(finals), "escalated": len(escs),
+        "success_rate": len(finals) / (len(finals) + len(escs)),
+        "hist": dict(hist), "codes": dict(codes),
+        "reasons": dict(collections.Counter(e["reason"] for e in escs)),
+        "categories": dict(collections.Counter(e["category"] for e in escs)),
+        "repeated": {"%s %s" % k: n for k, n in repeated.items()},
+        "longest_run": best,
+        "prompt": sum(u["prompt_tokens"] for u in usage),
+        "completion": sum(u["completion_tokens"] for u in usage),
+    }
+
+
+def check_report(rep, exp, threshold=0.9):
+    assert rep["final"] == exp["final"] and rep["escalated"] == exp["escalated"]
+    assert rep["unfinished"] == 0 and rep["finished"] == rep["total"]
+    assert rep["success_rate"] == pytest.approx(exp["success_rate"])
+    assert rep["attempts_histogram"] == exp["hist"]
+    assert {c["code"]: c["count"] for c in rep["top_violation_codes"]} == exp["codes"]
+    assert {c["reason"]: c["count"] for c in rep["escalation_reasons"]} == exp["reasons"]
+    assert {c["category"]: c["count"] for c in rep["escalation_categories"]} == exp["categories"]
+    rv = rep["failure_patterns"]["repeated_violation"]
+    assert {"%s %s" % (t["code"], t["path"]): t["jobs"] for t in rv["top"]} == exp["repeated"]
+    assert rep["failure_patterns"]["longest_escalated_run"]["length"] == exp["longest_run"]
+    assert rep["below_threshold"] == (exp["success_rate"] < threshold)
+
+
+def test_report_matches_the_events(stack):
+    batch, ks, _ = run_batch(stack)
+    ids = batch_ids(stack, batch)
+    events = latest_outcomes(stack, ids)
+    exp = expected_report(ids, events)
+    c = collections.Counter(ks)
+    # and what the input mix implies
+    assert exp["final"] == c["ok"] + c["fix"] and exp["escalated"] == c["never"] + c["refusal"]
+    assert exp["hist"] == {"1": c["ok"] + c["refusal"], "2": c["fix"], "3": c["never"]}
+    assert exp["longest_run"] == 2  # "never", "never" at the end of each ten
+    p = retort(stack, "report", batch, "--json", "--set", "pricing.mock-1.input=2.5",
+               "--set", "pricing.mock-1.output=10")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    check_report(rep, exp)
+    assert rep["attempts_histogram_by_outcome"] == {
+        "final": {"1": c["ok"], "2": c["fix"]}, "escalated": {"1": c["refusal"], "3": c["never"]}}
+    assert rep["tokens"]["prompt"] == exp["prompt"] and rep["tokens"]["completion"] == exp["completion"]
+    assert rep["cost_usd"] == pytest.approx((exp["prompt"] * 2.5 + exp["completion"] * 10) / 1e6)
+    assert rep["models"][0]["model"] == "mock-1" and rep["unpriced_models"] == []
+    assert rep["warnings"] and "under the threshold of 90.0%" in rep["warnings"][0]
+    run = rep["failure_patterns"]["longest_escalated_run"]
+    assert ids[run["start"] - 1] == run["first_job_id"] and ids[run["end"] - 1] == run["last_job_id"]
+    # the same batch counters as the workers kept
+    h = stack.redis_client().hgetall("retort:batch:{%s}" % batch)
+    assert int(h["prompt_tokens"]) == exp["prompt"] and int(h["attempts"]) == rep["attempts_recorded"]
+
+    # the human form carries the same numbers
+    p = retort(stack, "report", batch, "--set", "pricing.mock-1.input=2.5", "--set", "pricing.mock-1.output=10")
+    assert p.returncode == 0
+    text = p.stdout
+    assert "success rate: %.1f%% (%d of %d finished jobs)" % (exp["success_rate"] * 100, exp["final"], 30) in text
+    assert "WARNING: success rate" in text
+    for code, n in exp["codes"].items():
+        assert re.search(r"^\s+%d  %s$" % (n, code), text, re.M), (code, text)
+    for a, n in exp["hist"].items():
+        assert re.search(r"^\s+%s\s+%d\s" % (a, n), text, re.M), text
+    assert "longest run of consecutive escalated jobs (input order): 2" in text
+    # a lower threshold: no warning
+    rep = json.loads(retort(stack, "report", batch, "--json", "--threshold", "0.5").stdout)
+    assert rep["warnings"] == [] and rep["below_threshold"] is False
+    assert rep["cost_usd"] is None and rep["unpriced_models"] == ["mock-1"]
+
+
+# ---- resubmit --------------------------------------------------------------
+
+def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
+    batch, ks, _ = run_batch(stack)
+    ids = batch_ids(stack, batch)
+    before = latest_outcomes(stack, ids)
+    escalated = [j for j in ids if before[j]["_type"] == "retort.job.escalated"]
+    assert len(escalated) == sum(k in ("never", "refusal") for k in ks)
+    calls_before = stack.llm_stats()["calls"]
+    h0 = stack.redis_client().hgetall("retort:batch:{%s}" % batch)
+
+    p = retort(stack, "resubmit", batch, "--escalated", "--max-attempts", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "batch %s: resubmitted %d escalated job(s) with max_attempts 1" % (
+        batch, len(escalated))
+    lines = wait_done(stack, batch)
+    assert plain_numbers(lines[-1])[:5] == [30, 30, 100.0, 30 - len(escalated), len(escalated)]
+
+    # the LLM saw one more attempt 1 of every escalated job, nothing else
+    calls = stack.llm_stats()["calls"]
+    for j in ids:
+        for a in (1, 2, 3):
+            key = "%s:%d" % (j, a)
+            extra = 1 if (j in escalated and a == 1) else 0
+            assert calls.get(key, 0) == calls_before.get(key, 0) + extra, key
+    # re-produced from the input with the new max_attempts
+    resent = [m["value"] for m in stack.consume("retort.jobs")
+              if m["value"] and m["value"].get("max_attempts") == 1]
+    assert sorted(v["job_id"] for v in resent) == sorted(escalated)
+    assert all("attempt" not in v and v["batch_id"] == batch for v in resent)
+    # they escalate again, now after one attempt; the batch accounts for them
+    after = latest_outcomes(stack, ids)
+    for j in escalated:
+        assert after[j]["_type"] == "retort.job.escalated" and after[j]["attempts"] == 1
+    r = stack.redis_client()
+    h = r.hgetall("retort:batch:{%s}" % batch)
+    assert int(h["final"]) + int(h["escalated"]) == 30 and int(h["escalated"]) == len(escalated)
+    assert int(h["resubmitted"]) == len(escalated)
+    assert int(h["attempts"]) == int(h0["attempts"]) + len(escalated)
+    out = os.path.join(stack.dir, "after.jsonl")
+    assert retort(stack, "results", batch, "-o", out).returncode == 0
+    errs = [json.loads(l) for l in open(os.path.join(stack.dir, "after.errors.jsonl"))]
+    assert [e["job_id"] for e in errs] == escalated and all(e["attempts"] == 1 for e in errs)
+
+    # the report: the current runs, and every token ever spent
+    rep = json.loads(retort(stack, "report", batch, "--json").stdout)
+    check_report(rep, expected_report(ids, after))
+    replaced = sum(before[j]["attempts"] for j in escalated)
+    assert rep["replaced_by_resubmit"]["attempts"] == replaced
+    assert rep["attempts_recorded"] + replaced == int(h["attempts"])
+    assert rep["tokens"]["prompt"] == int(h["prompt_tokens"])
+    assert rep["tokens"]["completion"] == int(h["completion_tokens"])
+    assert rep["models"][0]["attempts"] == int(h["attempts"])
+
+    # again, with the jobs' own max_attempts: the same jobs, never a final one
+    finals_calls = {k: v for k, v in stack.llm_stats()["calls"].items() if k.rsplit(":", 1)[0] not in escalated}
+    p = retort(stack, "resubmit", batch, "--escalated")
+    assert p.returncode == 0
+    assert p.stdout.strip() == "batch %s: resubmitted %d escalated job(s)" % (batch, len(escalated))
+    wait_done(stack, batch)
+    calls = stack.llm_stats()["calls"]
+    assert {k: v for k, v in calls.items() if k.rsplit(":", 1)[0] not in escalated} == finals_calls
+    after2 = latest_outcomes(stack, ids)
+    assert all(after2[j]["attempts"] == (3 if ks[ids.index(j)] == "never" else 1) for j in escalated)

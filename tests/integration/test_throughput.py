@@ -1,0 +1,52 @@
+"""Backpressure and rebalances: the in-flight bound holds whatever the
+backlog, and group members joining and leaving mid-batch lose or double
+nothing."""
+import signal
+import time
+import uuid
+
+import pytest
+
+from stack import job
+from test_resilience import check_exactly_once
+
+
+def test_inflight_bound_holds_under_backlog(stack):
+    stack.start_worker("--set", "llm.max_inflight=8")
+    ids = ["bp-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(150)]
+    stack.produce_jobs([job(j, directive="latency_ms=150") for j in ids])
+    peak = 0
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        st = stack.llm_stats()
+        peak = max(peak, st["suspended"])
+        if st["requests"] >= 150:
+            break
+        time.sleep(0.02)
+    check_exactly_once(stack, ids)
+    assert 1 <= peak <= 8, peak
+
+
+@pytest.mark.slow
+def test_members_join_and_leave_mid_batch(stack):
+    prefix = "rb-%s" % uuid.uuid4().hex[:6]
+    ids = ["%s-%05d" % (prefix, i) for i in range(1200)]
+    jobs = [job(j, directive="latency_ms=40" + (" defect=wrong_type until=1" if i % 5 == 0 else ""))
+            for i, j in enumerate(ids)]
+    a = stack.start_worker("--set", "llm.max_inflight=32", name="a")
+    stack.produce_jobs(jobs)
+    time.sleep(5)
+    b = stack.start_worker("--set", "llm.max_inflight=32", name="b")
+    time.sleep(5)
+    assert stack.stop_worker(a, signal.SIGTERM) == 0      # leaves cleanly mid-batch
+    c = stack.start_worker("--set", "llm.max_inflight=32", name="c")
+    check_exactly_once(stack, ids)
+    workers = set()
+    r = stack.redis_client()
+    for jid in ids[::10]:
+        for rec in r.lrange("retort:job:{%s}:history" % jid, 0, -1):
+            workers.add(rec.split('"worker":"')[1].split('"')[0])
+    assert len(workers) >= 2, workers
+    calls = stack.llm_stats()["calls"]
+    assert sum(c - 1 for k, c in calls.items() if k.startswith(prefix) and c > 1) <= 64
+    assert stack.stop_worker(b) == 0 and stack.stop_worker(c) == 0

@@ -1,0 +1,32 @@
+/* batch_producer.h - the producer of retort submit and resubmit: every
+ * kafka.* and kafka.producer.* key, idempotent, and a flush that waits for
+ * the delivery report of every message, so the commands can say exactly
+ * what reached the broker. */
+#ifndef RETORT_BATCH_PRODUCER_H
+#define RETORT_BATCH_PRODUCER_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+/* message.timeout.ms is 30 s unless configured. */
+typedef struct batch_producer batch_producer;
+
+batch_producer *batch_producer_new(const config *cfg, char *err, size_t errlen);
+void batch_producer_free(batch_producer *p); /* accepts NULL */
+/* Asks the cluster for the topic's metadata: fails fast when no broker
+ * answers within timeout_ms.  0 = ok. */
+int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, char *err, size_t errlen);
+/* Queues value (copied) with key; index identifies the message in the
+ * delivery results.  Waits while the local queue is full.  0 = ok. */
+int batch_producer_send(batch_producer *p, const char *topic, const char *key, const char *value,
+                        size_t len, size_t index, char *err, size_t errlen);
+/* Waits until every queued message has a delivery report (or the
+ * delivery timeout and a margin passed).  Returns the number of messages
+ * not delivered (failed, or no report in time) with the first error in
+ * err.  failed / nfailed (may be NULL) receive the indexes of the messages
+ * whose report was an error (owned by p, valid until it is freed). */
+size_t batch_producer_flush(batch_producer *p, const size_t **failed, size_t *nfailed, char *err,
+                            size_t errlen);
+
+#endif

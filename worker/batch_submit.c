@@ -1,0 +1,752 @@
+#include "batch_submit.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batch_producer.h"
+#include "batch_tally.h"
+#include "batch_util.h"
+#include "schema.h"
+#include "util.h"
+
+/* The job id of a generated job is BATCH-NNNNNN (7+ characters) and a
+ * job id has at most 200 (job.schema.json). */
+#define BATCH_ID_MAX 190
+#define MAX_REPORTED_ERRORS 20
+
+static const char submit_usage[] =
+    "usage: retort submit FILE.jsonl [--batch ID] [-c FILE] [--set KEY=VALUE] [-b BROKERS]\n"
+    "Produces one job per line of FILE ('-' for standard input) to topics.jobs, as batch ID\n"
+    "(generated and printed when not given).  A line without job_id gets BATCH-NNNNNN (its line\n"
+    "number); batch_id is set on every job.  Nothing is produced when a line is not a valid job.\n";
+
+static const char resubmit_usage[] =
+    "usage: retort resubmit BATCH --escalated [--max-attempts N] [-c FILE] [--set KEY=VALUE]\n"
+    "Runs the batch's escalated jobs again: their state is reset (the batch's tokens and\n"
+    "attempts keep what they cost) and the original jobs are produced again, with\n"
+    "max_attempts N when given.\n";
+
+/* ---- shared ------------------------------------------------------------- */
+
+/* A job id or batch id also names Redis keys hash-tagged by it: no white
+ * space or braces (job.schema.json says the same). */
+static int id_ok(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n == 0 || n > max) return 0;
+    for (; *s; s++)
+        if (isspace((unsigned char)*s) || *s == '{' || *s == '}') return 0;
+    return 1;
+}
+
+static char *read_whole(const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    sbuf b = {0};
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&b, buf, n);
+    fclose(f);
+    sbuf_append(&b, "", 0);
+    return sbuf_take(&b);
+}
+
+/* The job envelope of the worker, so a bad job is refused here instead of
+ * going to the dead-letter topic.  NULL (err says why) when the schemas
+ * cannot be read from schemas.envelopes. */
+static schema *load_envelope(const config *cfg, schema_registry **reg_out, char *err, size_t errlen) {
+    const char *dir = config_get(cfg, "schemas.envelopes");
+    char path[1024], inner[512];
+    schema *s = NULL;
+    cJSON *doc = NULL;
+    char *text = NULL;
+    schema_registry *reg = schema_registry_new();
+    if (!reg) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    if (schema_registry_load_dir(reg, dir, "https://retort.dev/schemas/", inner, sizeof(inner))) {
+        snprintf(err, errlen, "schemas.envelopes %s: %s", dir, inner);
+        goto done;
+    }
+    snprintf(path, sizeof(path), "%s/job.schema.json", dir);
+    if (!(text = read_whole(path, err, errlen))) goto done;
+    if (!(doc = cJSON_Parse(text))) {
+        snprintf(err, errlen, "%s is not JSON", path);
+        goto done;
+    }
+    s = schema_compile(reg, doc, NULL, inner, sizeof(inner));
+    if (!s) snprintf(err, errlen, "%s: %s", path, inner);
+done:
+    free(text);
+    cJSON_Delete(doc);
+    if (!s) {
+        schema_registry_free(reg);
+        reg = NULL;
+    }
+    *reg_out = reg;
+    return s;
+}
+
+typedef struct sub_job {
+    char *id;
+    char *json;   /* the job as produced */
+    long line;    /* in the input file (1-based); 0 for a resubmitted job */
+} sub_job;
+
+typedef struct sub_jobs {
+    sub_job *items;
+    size_t count, cap;
+} sub_jobs;
+
+static int sub_jobs_push(sub_jobs *js, char *id, char *json, long line) {
+    if (js->count == js->cap) {
+        size_t cap = js->cap ? js->cap * 2 : 256;
+        sub_job *p = realloc(js->items, cap * sizeof(*p));
+        if (!p) return -1;
+        js->items = p;
+        js->cap = cap;
+    }
+    js->items[js->count++] = (sub_job){id, json, line};
+    return 0;
+}
+
+static void sub_jobs_clear(sub_jobs *js) {
+    for (size_t i = 0; i < js->count; i++) {
+        free(js->items[i].id);
+        free(js->items[i].json);
+    }
+    free(js->items);
+    js->items = NULL;
+    js->count = js->cap = 0;
+}
+
+/* Produces every job (key = job id) and waits for all delivery reports.
+ * Returns the number not delivered, naming a few on stderr. */
+static size_t produce_all(const char *cmd, batch_producer *p, const char *topic, const sub_jobs *js,
+                          char *err, size_t errlen) {
+    size_t sent = 0;
+    for (; sent < js->count; sent++) {
+        const sub_job *j = &js->items[sent];
+        if (batch_producer_send(p, topic, j->id, j->json, strlen(j->json), sent, err, errlen)) break;
+    }
+    char ferr[1024] = "";
+    const size_t *failed = NULL;
+    size_t nfailed = 0;
+    size_t bad = batch_producer_flush(p, &failed, &nfailed, ferr, sizeof(ferr));
+    if (sent < js->count) {
+        fprintf(stderr, "retort %s: %s; %zu job(s) not queued\n", cmd, err, js->count - sent);
+        bad += js->count - sent;
+    } else if (bad) {
+        snprintf(err, errlen, "%s", ferr);
+    }
+    for (size_t i = 0; i < nfailed && i < MAX_REPORTED_ERRORS; i++)
+        fprintf(stderr, "retort %s: job %s not delivered\n", cmd, js->items[failed[i]].id);
+    return bad;
+}
+
+/* ---- submit --------------------------------------------------------------- */
+
+static void make_batch_id(char *buf, size_t len) {
+    unsigned char rnd[3] = {0};
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) {
+        uint64_t x = util_mono_us() ^ ((uint64_t)getpid() << 16);
+        memcpy(rnd, &x, sizeof(rnd));
+    }
+    if (fd >= 0) close(fd);
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char ts[32];
+    strftime(ts, sizeof(ts), "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, len, "b%s-%02x%02x%02x", ts, rnd[0], rnd[1], rnd[2]);
+}
+
+typedef struct submit_ctx {
+    const char *cmd;
+    const config *cfg;
+    const char *batch;
+    const char *file;
+    sub_jobs jobs;
+    batch_tally *seen;      /* job id -> line of its first occurrence */
+    schema *envelope;       /* NULL: not checked */
+    int errors;
+} submit_ctx;
+
+static void line_error(submit_ctx *sc, long line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void line_error(submit_ctx *sc, long line, const char *fmt, ...) {
+    if (sc->errors++ >= MAX_REPORTED_ERRORS) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "retort %s: %s:%ld: %s\n", sc->cmd, sc->file, line, msg);
+}
+
+/* Turns one input line into a job; errors are reported by line. */
+static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
+    while (len && isspace((unsigned char)text[len - 1])) text[--len] = '\0';
+    const char *p = text;
+    while (isspace((unsigned char)*p)) p++;
+    if (!*p) return 0; /* blank lines are allowed */
+    if (!util_utf8_valid(text, len)) {
+        line_error(sc, line, "not UTF-8");
+        return 0;
+    }
+    cJSON *doc = cJSON_ParseWithOpts(text, NULL, 1);
+    char idbuf[256];
+    if (!doc || !cJSON_IsObject(doc)) {
+        line_error(sc, line, "not a JSON object%s", doc ? "" : " (not JSON)");
+        cJSON_Delete(doc);
+        return 0;
+    }
+    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(doc, "job_id");
+    if (!jid || cJSON_IsNull(jid)) {
+        snprintf(idbuf, sizeof(idbuf), "%s-%06ld", sc->batch, line);
+        cJSON_DeleteItemFromObjectCaseSensitive(doc, "job_id");
+        cJSON_AddStringToObject(doc, "job_id", idbuf);
+    } else if (!cJSON_IsString(jid) || !id_ok(jid->valuestring, 200)) {
+        line_error(sc, line, "job_id must be a string of 1 to 200 characters without white space or braces");
+        cJSON_Delete(doc);
+        return 0;
+    } else {
+        snprintf(idbuf, sizeof(idbuf), "%s", jid->valuestring);
+    }
+    long first = (long)batch_tally_get(sc->seen, idbuf);
+    if (first) {
+        line_error(sc, line, "job_id %s repeats line %ld", idbuf, first);
+        cJSON_Delete(doc);
+        return 0;
+    }
+    if (batch_tally_add(sc->seen, idbuf, line)) goto oom;
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "batch_id");
+    cJSON_AddStringToObject(doc, "batch_id", sc->batch);
+    if (sc->envelope) {
+        schema_violations v = {0};
+        if (schema_validate(sc->envelope, doc, &v) != 0) {
+            const schema_violation *x = v.count ? &v.items[0] : NULL;
+            line_error(sc, line, "job %s is not a valid job: %s%s%s", idbuf, x && x->path[0] ? x->path : "",
+                       x && x->path[0] ? ": " : "", x ? x->message : "invalid");
+            schema_violations_clear(&v);
+            cJSON_Delete(doc);
+            return 0;
+        }
+        schema_violations_clear(&v);
+    }
+    char *json = cJSON_PrintUnformatted(doc);
+    char *id = strdup(idbuf);
+    cJSON_Delete(doc);
+    if (!json || !id || sub_jobs_push(&sc->jobs, id, json, line)) {
+        free(json);
+        free(id);
+        goto oom;
+    }
+    return 0;
+oom:
+    fprintf(stderr, "retort %s: out of memory\n", sc->cmd);
+    return -1;
+}
+
+static int read_jobs(submit_ctx *sc) {
+    FILE *f = strcmp(sc->file, "-") ? fopen(sc->file, "r") : stdin;
+    if (!f) {
+        fprintf(stderr, "retort %s: cannot open %s: %s\n", sc->cmd, sc->file, strerror(errno));
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    int rc = 0;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (memchr(line, '\0', (size_t)n)) {
+            line_error(sc, lineno, "contains a NUL byte");
+            continue;
+        }
+        if (submit_line(sc, line, (size_t)n, lineno)) {
+            rc = -1;
+            break;
+        }
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "retort %s: reading %s: %s\n", sc->cmd, sc->file, strerror(errno));
+        rc = -1;
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
+typedef struct state_probe {
+    const config *cfg;
+    const sub_jobs *jobs;
+    size_t with_state;
+    const char *cmd;
+} state_probe;
+
+static int probe_build(redisContext *c, size_t i, void *ud) {
+    state_probe *sp = ud;
+    char key[512];
+    batch_util_key_job(sp->cfg, sp->jobs->items[i].id, key, sizeof(key));
+    return redisAppendCommand(c, "HGET %s status", key) == REDIS_OK ? 0 : -1;
+}
+
+static int probe_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    state_probe *sp = ud;
+    if (r[0]->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "redis: %s", r[0]->str);
+        return -1;
+    }
+    if (r[0]->type == REDIS_REPLY_STRING) {
+        if (sp->with_state++ < MAX_REPORTED_ERRORS)
+            fprintf(stderr,
+                    "retort %s: job %s (line %ld) has state in Redis already (status %s): a worker "
+                    "would not run it again; give it another job_id\n",
+                    sp->cmd, sp->jobs->items[i].id, sp->jobs->items[i].line, r[0]->str);
+    }
+    return 0;
+}
+
+typedef struct store_ctx {
+    const char *jobs_key, *input_key;
+    const sub_jobs *jobs;
+} store_ctx;
+
+static int store_build(redisContext *c, size_t i, void *ud) {
+    store_ctx *s = ud;
+    const sub_job *j = &s->jobs->items[i];
+    if (redisAppendCommand(c, "RPUSH %s %s", s->jobs_key, j->id) != REDIS_OK) return -1;
+    return redisAppendCommand(c, "HSET %s %s %s", s->input_key, j->id, j->json) == REDIS_OK ? 0 : -1;
+}
+
+static int store_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    for (int k = 0; k < 2; k++) {
+        if (r[k]->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "redis: %s", r[k]->str);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Claims the batch (HSETNX total): fails when any of its keys exists. */
+static int claim_batch(redisContext *c, const config *cfg, const char *batch, const char *file,
+                       size_t total, char *err, size_t errlen) {
+    char bkey[512], jkey[512], ikey[512], n[32], now[32], host[128] = "", by[256];
+    batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
+    batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey));
+    batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
+    snprintf(n, sizeof(n), "%zu", total);
+    snprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
+    const char *user = getenv("USER");
+    gethostname(host, sizeof(host) - 1);
+    snprintf(by, sizeof(by), "%s@%s", user && user[0] ? user : "unknown", host);
+    int rc = -1;
+    redisReply *r = redisCommand(c, "EXISTS %s %s %s", bkey, jkey, ikey);
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer) {
+        snprintf(err, errlen, "batch %s exists already; choose another --batch", batch);
+        goto done;
+    }
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        r = redisCommand(c, "HSETNX %s total %s", bkey, n);
+        if (r && r->type == REDIS_REPLY_INTEGER && !r->integer) {
+            snprintf(err, errlen, "batch %s exists already (submitted at the same time?)", batch);
+            goto done;
+        }
+    }
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        r = redisCommand(c, "HSET %s created %s submitted_by %s input %s", bkey, now, by, file);
+        if (r && r->type == REDIS_REPLY_INTEGER) rc = 0;
+    }
+    if (rc) snprintf(err, errlen, "redis: %s", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+done:
+    freeReplyObject(r);
+    return rc;
+}
+
+static void expire_batch(redisContext *c, const config *cfg, const char *batch) {
+    char key[512], ttl[32];
+    snprintf(ttl, sizeof(ttl), "%lld", config_get_int(cfg, "redis.ttl_s"));
+    freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_batch(cfg, batch, key, sizeof(key)), ttl));
+    freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_jobs(cfg, batch, key, sizeof(key)), ttl));
+    freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_input(cfg, batch, key, sizeof(key)), ttl));
+}
+
+static void forget_batch(redisContext *c, const config *cfg, const char *batch) {
+    char k1[512], k2[512], k3[512];
+    freeReplyObject(redisCommand(c, "DEL %s %s %s", batch_util_key_batch(cfg, batch, k1, sizeof(k1)),
+                                 batch_util_key_jobs(cfg, batch, k2, sizeof(k2)),
+                                 batch_util_key_input(cfg, batch, k3, sizeof(k3))));
+}
+
+int batch_submit_main(int argc, char **argv) {
+    batch_opt opts[] = {{"--batch", NULL, 1, NULL, 0}, {"--help", "-h", 0, NULL, 0}};
+    const char *pos[1];
+    size_t npos;
+    config *cfg = NULL;
+    submit_ctx sc = {.cmd = "submit"};
+    schema_registry *reg = NULL;
+    redisContext *c = NULL;
+    batch_producer *prod = NULL;
+    char batch[256], err[2048];
+    int claimed = 0;
+    int rc = batch_util_args("submit", submit_usage, argc, argv, opts, 2, pos, 1, &npos, &cfg);
+    if (rc) return rc;
+    rc = BATCH_EXIT_USAGE;
+    if (opts[1].set) {
+        fputs(submit_usage, stdout);
+        rc = BATCH_EXIT_OK;
+        goto done;
+    }
+    if (npos != 1) {
+        fprintf(stderr, "retort submit: which file?\n%s", submit_usage);
+        goto done;
+    }
+    sc.cfg = cfg;
+    sc.file = pos[0];
+    if (opts[0].value) {
+        if (!id_ok(opts[0].value, BATCH_ID_MAX)) {
+            fprintf(stderr, "retort submit: --batch: 1 to %d characters without white space or braces\n",
+                    BATCH_ID_MAX);
+            goto done;
+        }
+        snprintf(batch, sizeof(batch), "%s", opts[0].value);
+    } else {
+        make_batch_id(batch, sizeof(batch));
+    }
+    sc.batch = batch;
+    sc.seen = batch_tally_new();
+    if (!sc.seen) goto done;
+    sc.envelope = load_envelope(cfg, &reg, err, sizeof(err));
+    if (!sc.envelope)
+        fprintf(stderr, "retort submit: warning: jobs not checked against the job envelope (%s)\n", err);
+    if (read_jobs(&sc)) goto done;
+    if (sc.errors) {
+        if (sc.errors > MAX_REPORTED_ERRORS)
+            fprintf(stderr, "retort submit: ... %d more\n", sc.errors - MAX_REPORTED_ERRORS);
+        fprintf(stderr, "retort submit: %d bad line(s) in %s: nothing submitted\n", sc.errors, sc.file);
+        goto done;
+    }
+    if (!sc.jobs.count) {
+        fprintf(stderr, "retort submit: %s has no jobs: nothing submitted\n", sc.file);
+        goto done;
+    }
+    if (!(c = batch_util_redis(cfg, err, sizeof(err)))) {
+        fprintf(stderr, "retort submit: %s\n", err);
+        goto done;
+    }
+    /* A job id that has state already would be acknowledged by the worker
+     * without running (it is final, or an attempt ahead): refuse it. */
+    state_probe sp = {cfg, &sc.jobs, 0, "submit"};
+    if (batch_util_pipeline(c, sc.jobs.count, 1, probe_build, probe_reply, &sp, err, sizeof(err))) {
+        fprintf(stderr, "retort submit: %s\n", err);
+        goto done;
+    }
+    if (sp.with_state) {
+        fprintf(stderr, "retort submit: %zu job(s) have state already: nothing submitted\n", sp.with_state);
+        goto done;
+    }
+    if (!(prod = batch_producer_new(cfg, err, sizeof(err)))) {
+        fprintf(stderr, "retort submit: %s\n", err);
+        goto done;
+    }
+    const char *topic = config_get(cfg, "topics.jobs");
+    if (batch_producer_check(prod, topic, 10000, err, sizeof(err))) {
+        fprintf(stderr, "retort submit: %s (kafka.bootstrap.servers=%s): nothing submitted\n", err,
+                config_get(cfg, "kafka.bootstrap.servers"));
+        goto done;
+    }
+    /* Redis first: results and watch need the batch before its first
+     * job can finish. */
+    if (claim_batch(c, cfg, batch, sc.file, sc.jobs.count, err, sizeof(err))) {
+        fprintf(stderr, "retort submit: %s\n", err);
+        goto done;
+    }
+    claimed = 1;
+    char jkey[512], ikey[512];
+    store_ctx st = {batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey)),
+                    batch_util_key_input(cfg, batch, ikey, sizeof(ikey)), &sc.jobs};
+    if (batch_util_pipeline(c, sc.jobs.count, 2, store_build, store_reply, &st, err, sizeof(err))) {
+        fprintf(stderr, "retort submit: %s: nothing submitted\n", err);
+        goto done;
+    }
+    expire_batch(c, cfg, batch);
+    size_t bad = produce_all("submit", prod, topic, &sc.jobs, err, sizeof(err));
+    if (bad == sc.jobs.count) {
+        fprintf(stderr, "retort submit: no job delivered to %s: %s: nothing submitted\n", topic, err);
+        goto done;
+    }
+    claimed = 0; /* the batch stays, even partly delivered */
+    if (bad) {
+        fprintf(stderr,
+                "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n"
+                "retort submit: the batch cannot complete; submit the missing jobs as a new batch\n",
+                bad, sc.jobs.count, batch, topic, err);
+        goto done;
+    }
+    printf("batch %s: submitted %zu job(s) to %s\n", batch, sc.jobs.count, topic);
+    rc = BATCH_EXIT_OK;
+done:
+    if (claimed && c) forget_batch(c, cfg, batch);
+    batch_producer_free(prod);
+    if (c) redisFree(c);
+    sub_jobs_clear(&sc.jobs);
+    batch_tally_free(sc.seen);
+    schema_free(sc.envelope);
+    schema_registry_free(reg);
+    config_free(cfg);
+    return rc;
+}
+
+/* ---- resubmit ------------------------------------------------------------- */
+
+/* Resets one escalated job, atomically with the batch's counters, and only
+ * if it is still escalated.  What its attempts cost is kept on the batch
+ * (replaced_*), since its history goes.  KEYS: job, history, batch. */
+static const char script_reset[] =
+    "if redis.call('HGET', KEYS[1], 'status') ~= 'escalated' then return 0 end\n"
+    "local batch = redis.call('EXISTS', KEYS[3]) == 1\n"
+    "if batch then\n"
+    "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do\n"
+    "    local ok, rec = pcall(cjson.decode, v)\n"
+    "    local m = 'unknown'\n"
+    "    if ok and type(rec) == 'table' then\n"
+    "      if type(rec['model']) == 'string' then m = rec['model'] end\n"
+    "      local u = rec['usage']\n"
+    "      if type(u) == 'table' then\n"
+    "        local p = tonumber(u['prompt_tokens']) or 0\n"
+    "        local c = tonumber(u['completion_tokens']) or 0\n"
+    "        redis.call('HINCRBY', KEYS[3], 'replaced_prompt_tokens.' .. m, string.format('%d', p))\n"
+    "        redis.call('HINCRBY', KEYS[3], 'replaced_completion_tokens.' .. m, string.format('%d', c))\n"
+    "      end\n"
+    "    end\n"
+    "    redis.call('HINCRBY', KEYS[3], 'replaced_attempts', 1)\n"
+    "    redis.call('HINCRBY', KEYS[3], 'replaced_attempts.' .. m, 1)\n"
+    "  end\n"
+    "  redis.call('HINCRBY', KEYS[3], 'escalated', -1)\n"
+    "  redis.call('HINCRBY', KEYS[3], 'resubmitted', 1)\n"
+    "end\n"
+    "redis.call('DEL', KEYS[1], KEYS[2])\n"
+    "return 1\n";
+
+typedef struct resub_ctx {
+    const config *cfg;
+    const char *batch;
+    const batch_ids *ids;
+    const char *input_key;
+    const char *batch_key;
+    const char *sha;
+    int max_attempts;        /* 0: as in the input */
+    unsigned char *reset;      /* per id: reset by the script */
+    sub_jobs jobs;             /* the jobs to produce */
+    size_t candidates;
+    size_t missing_input;
+} resub_ctx;
+
+static int scan_build(redisContext *c, size_t i, void *ud) {
+    resub_ctx *rc = ud;
+    char key[512];
+    batch_util_key_job(rc->cfg, rc->ids->ids[i], key, sizeof(key));
+    if (redisAppendCommand(c, "HGET %s status", key) != REDIS_OK) return -1;
+    return redisAppendCommand(c, "HGET %s %s", rc->input_key, rc->ids->ids[i]) == REDIS_OK ? 0 : -1;
+}
+
+/* The job to produce again: the original, without what a retry adds,
+ * with the new max_attempts. */
+static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    resub_ctx *rc = ud;
+    for (int k = 0; k < 2; k++) {
+        if (r[k]->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "redis: %s", r[k]->str);
+            return -1;
+        }
+    }
+    if (r[0]->type != REDIS_REPLY_STRING || strcmp(r[0]->str, "escalated")) return 0;
+    rc->candidates++;
+    cJSON *doc = r[1]->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r[1]->str, r[1]->len) : NULL;
+    if (!cJSON_IsObject(doc)) {
+        rc->missing_input++;
+        fprintf(stderr, "retort resubmit: job %s: its input is missing from the batch; skipped\n",
+                rc->ids->ids[i]);
+        cJSON_Delete(doc);
+        return 0;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "attempt");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "reflection");
+    if (rc->max_attempts) {
+        cJSON_DeleteItemFromObjectCaseSensitive(doc, "max_attempts");
+        cJSON_AddNumberToObject(doc, "max_attempts", rc->max_attempts);
+    }
+    char *json = cJSON_PrintUnformatted(doc);
+    char *id = strdup(rc->ids->ids[i]);
+    cJSON_Delete(doc);
+    if (!json || !id || sub_jobs_push(&rc->jobs, id, json, (long)i + 1)) {
+        free(json);
+        free(id);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int reset_build(redisContext *c, size_t i, void *ud) {
+    resub_ctx *rc = ud;
+    char jkey[512], hkey[512];
+    const char *id = rc->jobs.items[i].id;
+    batch_util_key_job(rc->cfg, id, jkey, sizeof(jkey));
+    batch_util_key_history(rc->cfg, id, hkey, sizeof(hkey));
+    return redisAppendCommand(c, "EVALSHA %s 3 %s %s %s", rc->sha, jkey, hkey, rc->batch_key) == REDIS_OK ? 0
+                                                                                                         : -1;
+}
+
+static int reset_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    resub_ctx *rc = ud;
+    if (r[0]->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "redis: %s", r[0]->str);
+        return -1;
+    }
+    rc->reset[i] = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer == 1;
+    return 0;
+}
+
+int batch_resubmit_main(int argc, char **argv) {
+    batch_opt opts[] = {{"--escalated", NULL, 0, NULL, 0},
+                        {"--max-attempts", NULL, 1, NULL, 0},
+                        {"--help", "-h", 0, NULL, 0}};
+    const char *pos[1];
+    size_t npos;
+    config *cfg = NULL;
+    redisContext *c = NULL;
+    redisReply *r = NULL;
+    batch_producer *prod = NULL;
+    batch_ids ids = {0};
+    resub_ctx rc_ = {0};
+    char err[2048], jkey[512], ikey[512], bkey[512], sha[41];
+    int rc = batch_util_args("resubmit", resubmit_usage, argc, argv, opts, 3, pos, 1, &npos, &cfg);
+    if (rc) return rc;
+    rc = BATCH_EXIT_USAGE;
+    if (opts[2].set) {
+        fputs(resubmit_usage, stdout);
+        rc = BATCH_EXIT_OK;
+        goto done;
+    }
+    if (npos != 1 || !opts[0].set) {
+        fprintf(stderr, "retort resubmit: %s\n%s", npos != 1 ? "which batch?" : "say which jobs: --escalated",
+                resubmit_usage);
+        goto done;
+    }
+    if (opts[1].value) {
+        char *end;
+        long n = strtol(opts[1].value, &end, 10);
+        long ceiling = (long)config_get_int(cfg, "retry.max_attempts_ceiling");
+        if (end == opts[1].value || *end || n < 1 || n > ceiling) {
+            fprintf(stderr, "retort resubmit: --max-attempts: an integer from 1 to %ld (retry.max_attempts_ceiling)\n",
+                    ceiling);
+            goto done;
+        }
+        rc_.max_attempts = (int)n;
+    }
+    const char *batch = pos[0];
+    if (!(c = batch_util_redis(cfg, err, sizeof(err)))) {
+        fprintf(stderr, "retort resubmit: %s\n", err);
+        goto done;
+    }
+    if (batch_util_read_list(c, batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey)), &ids, err, sizeof(err))) {
+        fprintf(stderr, "retort resubmit: %s\n", err);
+        goto done;
+    }
+    if (!ids.count) {
+        fprintf(stderr, "retort resubmit: unknown batch %s (not submitted with retort submit, or expired)\n", batch);
+        rc = BATCH_EXIT_NO;
+        goto done;
+    }
+    rc_.cfg = cfg;
+    rc_.batch = batch;
+    rc_.ids = &ids;
+    rc_.input_key = batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
+    rc_.batch_key = batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
+    if (batch_util_pipeline(c, ids.count, 2, scan_build, scan_reply, &rc_, err, sizeof(err))) {
+        fprintf(stderr, "retort resubmit: %s\n", err);
+        goto done;
+    }
+    if (!rc_.jobs.count) {
+        printf("batch %s: no escalated job to resubmit\n", batch);
+        rc = rc_.missing_input ? BATCH_EXIT_NO : BATCH_EXIT_OK;
+        goto done;
+    }
+    /* The broker must answer before any state is reset: a reset job
+     * that is never produced again would stay unfinished. */
+    if (!(prod = batch_producer_new(cfg, err, sizeof(err)))) {
+        fprintf(stderr, "retort resubmit: %s\n", err);
+        goto done;
+    }
+    const char *topic = config_get(cfg, "topics.jobs");
+    if (batch_producer_check(prod, topic, 10000, err, sizeof(err))) {
+        fprintf(stderr, "retort resubmit: %s (kafka.bootstrap.servers=%s): nothing resubmitted\n", err,
+                config_get(cfg, "kafka.bootstrap.servers"));
+        goto done;
+    }
+    r = redisCommand(c, "SCRIPT LOAD %s", script_reset);
+    if (!r || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        fprintf(stderr, "retort resubmit: redis SCRIPT LOAD: %s\n",
+                r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+        goto done;
+    }
+    memcpy(sha, r->str, 41);
+    rc_.sha = sha;
+    rc_.reset = calloc(rc_.jobs.count, 1);
+    if (!rc_.reset) goto done;
+    if (batch_util_pipeline(c, rc_.jobs.count, 1, reset_build, reset_reply, &rc_, err, sizeof(err))) {
+        fprintf(stderr, "retort resubmit: %s\n", err);
+        goto done;
+    }
+    /* Only the jobs reset now are produced (another resubmit may have
+     * taken some in between). */
+    size_t keep = 0;
+    for (size_t i = 0; i < rc_.jobs.count; i++) {
+        if (rc_.reset[i]) {
+            rc_.jobs.items[keep++] = rc_.jobs.items[i];
+        } else {
+            free(rc_.jobs.items[i].id);
+            free(rc_.jobs.items[i].json);
+        }
+    }
+    rc_.jobs.count = keep;
+    size_t bad = keep ? produce_all("resubmit", prod, topic, &rc_.jobs, err, sizeof(err)) : 0;
+    if (bad) {
+        fprintf(stderr,
+                "retort resubmit: %zu of %zu job(s) reset but not delivered to %s: %s\n"
+                "retort resubmit: they stay unfinished (no state); submit them again as a new batch\n",
+                bad, keep, topic, err);
+        goto done;
+    }
+    printf("batch %s: resubmitted %zu escalated job(s)", batch, keep);
+    if (rc_.max_attempts) printf(" with max_attempts %d", rc_.max_attempts);
+    printf("\n");
+    rc = rc_.missing_input ? BATCH_EXIT_NO : BATCH_EXIT_OK;
+done:
+    freeReplyObject(r);
+    batch_producer_free(prod);
+    if (c) redisFree(c);
+    batch_util_ids_clear(&ids);
+    sub_jobs_clear(&rc_.jobs);
+    free(rc_.reset);
+    config_free(cfg);
+    return rc;
+}
