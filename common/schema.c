@@ -3174,9 +3174,15 @@ NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
     int ok = found == n->n_required;
     if (!ok && c->record) {
         for (size_t i = 0; i < n->n_required; i++)
-            if (!ev_get(&seen, i))
+            if (!ev_get(&seen, i)) {
+                /* The path names the missing member, where the fix goes (a
+                 * repair prompt reads "/name: MISSING_FIELD"); the keyword
+                 * location still points at `required`. */
+                push_key(c, n->required[i]);
                 report(c, n, "required", SCHEMA_MISSING_FIELD, NULL, str_text(c, n->required[i]),
                        "missing required property \"%s\"", n->required[i]);
+                c->npath--;
+            }
     }
     ev_free(&seen);
     return ok;
@@ -3197,8 +3203,10 @@ NOINLINE static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
             ok = 0;
             if (!c->record)
                 return 0;
+            push_key(c, q->names[i]);
             report(c, n, q->kw, SCHEMA_MISSING_FIELD, NULL, str_text(c, q->names[i]),
                    "missing property \"%s\", required when \"%s\" is present", q->names[i], q->name);
+            c->npath--;
         }
     }
     return ok;

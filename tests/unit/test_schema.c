@@ -95,7 +95,8 @@ static void test_required_and_additional(void **state)
     assert_int_equal(check(s, "{\"id\":\"x\",\"name\":1}", &v), 0);
     assert_int_equal(check(s, "{\"id\":\"x\",\"extra/x\":true}", &v), 1);
     assert_int_equal(v.count, 2);
-    const schema_violation *m = find_code(&v, SCHEMA_MISSING_FIELD, "");
+    /* a missing member is reported at its own path: where the fix goes */
+    const schema_violation *m = find_code(&v, SCHEMA_MISSING_FIELD, "/name");
     assert_non_null(m);
     assert_string_equal(m->keyword_location, "/required");
     assert_string_equal(m->message, "missing required property \"name\"");
@@ -298,6 +299,26 @@ static void test_oneof(void **state)
     assert_non_null(strstr(v.items[0].message, "more than one"));
     schema_violations_clear(&v);
     assert_int_equal(check(s, "1.5", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    /* discriminated oneOf: the branch whose "kind" matches is reported */
+    s = compile_text("{\"properties\":{\"event\":{\"oneOf\":["
+                     "{\"type\":\"object\",\"required\":[\"kind\",\"url\"],\"properties\":{"
+                     "\"kind\":{\"const\":\"click\"},\"url\":{\"type\":\"string\"}}},"
+                     "{\"type\":\"object\",\"required\":[\"kind\",\"key\"],\"properties\":{"
+                     "\"kind\":{\"enum\":[\"keydown\",\"keyup\"]},\"key\":{\"type\":\"string\",\"maxLength\":1}}}]}}}",
+                     NULL);
+    assert_int_equal(check(s, "{\"event\":{\"kind\":\"keyup\",\"key\":\"a\"}}", &v), 0);
+    assert_int_equal(check(s, "{\"event\":{\"kind\":\"keyup\",\"key\":\"Enter\"}}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_string_equal(v.items[0].code, SCHEMA_NO_MATCH);
+    assert_string_equal(v.items[0].path, "/event");
+    assert_string_equal(v.items[0].keyword_location, "/properties/event/oneOf");
+    assert_non_null(strstr(v.items[0].message, "closest is #1"));
+    assert_string_equal(v.items[1].code, SCHEMA_TOO_LONG);
+    assert_string_equal(v.items[1].path, "/event/key");
+    assert_string_equal(v.items[1].keyword_location, "/properties/event/oneOf/1/properties/key/maxLength");
     schema_violations_clear(&v);
     schema_free(s);
 
@@ -533,6 +554,31 @@ static void test_regex_limit(void **state)
     assert_int_equal(schema_validate(s, inst, NULL), -1);
     schema_violations_clear(&v);
     cJSON_Delete(inst);
+    schema_free(s);
+}
+
+static void test_regex_time_budget(void **state)
+{
+    (void)state;
+    /* each string costs a fraction of a millisecond of backtracking, well
+     * under the per-match limit; 10000 of them would take seconds, but the
+     * per-validation regex budget stops the validation within ~0.1 s */
+    schema *s = compile_text("{\"items\":{\"not\":{\"pattern\":\"^(\\\\w+\\\\s?)*$\"}}}", NULL);
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < 10000; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString("aaaaaaaaaaaaaa!"));
+    double t0 = now_s();
+    int r = schema_validate(s, arr, NULL);
+    double dt = now_s() - t0;
+    assert_int_equal(r, -1);
+    assert_true(dt < 1.0);
+    schema_violations v = { 0 };
+    assert_int_equal(schema_validate(s, arr, &v), -1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].code, SCHEMA_LIMIT_EXCEEDED);
+    assert_non_null(strstr(v.items[0].message, "ms in this validation"));
+    schema_violations_clear(&v);
+    cJSON_Delete(arr);
     schema_free(s);
 }
 
@@ -915,6 +961,7 @@ int main(void)
         cmocka_unit_test(test_unevaluated),
         cmocka_unit_test(test_format_assertion),
         cmocka_unit_test(test_regex_limit),
+        cmocka_unit_test(test_regex_time_budget),
         cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_concurrency),
         cmocka_unit_test(test_draft7_dependencies_and_items),
