@@ -726,6 +726,7 @@ struct node {
     uint8_t fmt;
     uint8_t content_b64, content_json;
     uint8_t req_in_props; /* fast pass checks required inside kw_props */
+    uint8_t leaf;         /* only assertion keywords (no subschemas) */
     uint8_t norder;
     uint8_t order[K__COUNT];
     const char *type_text, *enum_text, *const_text, *pattern_text;
@@ -2115,6 +2116,18 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             hr |= n->order[i] == K_REQUIRED;
         }
         n->req_in_props = hp && hr && n->n_required <= 64;
+    }
+    n->leaf = !n->uneval;
+    for (int i = 0; i < n->norder; i++) {
+        switch (n->order[i]) {
+        case K_REF: case K_DYNREF: case K_ITEMS: case K_CONTAINS: case K_PROPS:
+        case K_DEP_SCHEMAS: case K_PROPERTY_NAMES: case K_ALL_OF: case K_ANY_OF:
+        case K_ONE_OF: case K_NOT: case K_IF: case K_UNEVAL_ITEMS: case K_UNEVAL_PROPS:
+            n->leaf = 0;
+            break;
+        default:
+            break;
+        }
     }
     /* a schema object without any (enabled) keyword accepts everything,
      * like `true` (and produces no annotations) */
@@ -3661,12 +3674,85 @@ COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
            inst_type_name(inst));
 }
 
+static inline int type_ok(int types, const cJSON *v)
+{
+    switch (JT(v)) {
+    case cJSON_Object: return (types & T_OBJECT) != 0;
+    case cJSON_Array: return (types & T_ARRAY) != 0;
+    case cJSON_String: return (types & T_STRING) != 0;
+    case cJSON_Number:
+        if (types & T_NUMBER)
+            return 1;
+        return (types & T_INTEGER) && isfinite(v->valuedouble) &&
+               v->valuedouble == floor(v->valuedouble);
+    case cJSON_True:
+    case cJSON_False: return (types & T_BOOLEAN) != 0;
+    case cJSON_NULL: return (types & T_NULL) != 0;
+    default: return 0;
+    }
+}
+
+/* Keywords that only assert on the instance itself (no subschema). */
+static inline int assert_kw(vctx *c, const node *n, int k, const cJSON *inst)
+{
+    int r;
+    switch (k) {
+    case K_TYPE:
+        r = type_ok(n->types, inst);
+        if (!r)
+            report_type(c, n, inst);
+        return r;
+    case K_ENUM:
+    case K_CONST: return kw_enum_const(c, n, k, inst);
+    /* bounds: the passing case inline, reporting out of line */
+    case K_MAXIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble <= n->maximum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_MINIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble >= n->minimum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_XMAXIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble < n->xmaximum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_XMINIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble > n->xminimum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_MULTIPLE_OF: return kw_numbers(c, n, k, inst);
+    case K_MAX_LENGTH:
+    case K_MIN_LENGTH:
+    case K_PATTERN:
+    case K_FORMAT: return IS_STRING(inst) ? kw_strings(c, n, k, inst) : 1;
+    case K_MAX_ITEMS:
+    case K_MIN_ITEMS:
+    case K_MAX_PROPS:
+    case K_MIN_PROPS: return kw_counts(c, n, k, inst);
+    case K_UNIQUE: return kw_unique(c, n, inst);
+    case K_REQUIRED:
+        /* without reporting, kw_props checks required in its pass */
+        return (n->req_in_props && !c->record) ? 1 : kw_required(c, n, inst);
+    case K_DEP_REQUIRED: return kw_dep_required(c, n, inst);
+    case K_CONTENT: return kw_content(c, n, inst);
+    default: return 1;
+    }
+}
+
 static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (n->boolean) {
         if (n->boolean == B_TRUE)
             return 1;
         return report(c, n, NULL, SCHEMA_INVALID_VALUE, inst, NULL, "no value is allowed here");
+    }
+    if (n->leaf) {
+        /* only assertions: no recursion, scope or annotations to manage */
+        int ok = 1;
+        for (int i = 0; i < n->norder; i++) {
+            int r = assert_kw(c, n, n->order[i], inst);
+            if (r <= 0) {
+                if (r < 0)
+                    return -1;
+                ok = 0;
+                if (!c->record)
+                    return 0;
+            }
+        }
+        return ok;
     }
     if (c->depth >= MAX_EVAL_DEPTH)
         return limit(c, "validation depth limit (%d) exceeded at %s", MAX_EVAL_DEPTH,
@@ -3699,52 +3785,9 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
         switch (k) {
         case K_REF: r = eval(c, n->ref, inst, use); break;
         case K_DYNREF: r = kw_dynref(c, n, inst, use); break;
-        case K_TYPE:
-            r = (n->types & inst_types(inst)) != 0;
-            if (!r)
-                report_type(c, n, inst);
-            break;
-        case K_ENUM:
-        case K_CONST: r = kw_enum_const(c, n, k, inst); break;
-        /* bounds: the passing case inline, reporting out of line */
-        case K_MAXIMUM:
-            r = !IS_NUMBER(inst) || inst->valuedouble <= n->maximum;
-            if (!r)
-                r = kw_numbers(c, n, k, inst);
-            break;
-        case K_MINIMUM:
-            r = !IS_NUMBER(inst) || inst->valuedouble >= n->minimum;
-            if (!r)
-                r = kw_numbers(c, n, k, inst);
-            break;
-        case K_XMAXIMUM:
-            r = !IS_NUMBER(inst) || inst->valuedouble < n->xmaximum;
-            if (!r)
-                r = kw_numbers(c, n, k, inst);
-            break;
-        case K_XMINIMUM:
-            r = !IS_NUMBER(inst) || inst->valuedouble > n->xminimum;
-            if (!r)
-                r = kw_numbers(c, n, k, inst);
-            break;
-        case K_MULTIPLE_OF: r = kw_numbers(c, n, k, inst); break;
-        case K_MAX_LENGTH:
-        case K_MIN_LENGTH:
-        case K_PATTERN:
-        case K_FORMAT: r = kw_strings(c, n, k, inst); break;
         case K_ITEMS: r = kw_items(c, n, inst, use); break;
         case K_CONTAINS: r = kw_contains(c, n, inst, use); break;
-        case K_MAX_ITEMS:
-        case K_MIN_ITEMS:
-        case K_MAX_PROPS:
-        case K_MIN_PROPS: r = kw_counts(c, n, k, inst); break;
-        case K_UNIQUE: r = kw_unique(c, n, inst); break;
         case K_PROPS: r = kw_props(c, n, inst, use); break;
-        case K_REQUIRED:
-            /* without reporting, kw_props checks required in its pass */
-            r = (n->req_in_props && !c->record) ? 1 : kw_required(c, n, inst);
-            break;
-        case K_DEP_REQUIRED: r = kw_dep_required(c, n, inst); break;
         case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, use); break;
         case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;
         case K_ALL_OF: {
@@ -3769,8 +3812,7 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
         case K_IF: r = kw_if(c, n, inst, use); break;
         case K_UNEVAL_ITEMS:
         case K_UNEVAL_PROPS: r = kw_uneval(c, n, k, inst, tracking ? use : NULL); break;
-        case K_CONTENT: r = kw_content(c, n, inst); break;
-        default: r = 1; break;
+        default: r = assert_kw(c, n, k, inst); break;
         }
         if (r < 0) {
             ok = -1;

@@ -147,6 +147,7 @@ struct worker {
     long backoff_base, backoff_max;
     int default_max_attempts, max_attempts_ceiling;
     size_t prev_output_cap;
+    size_t retry_max_bytes;
     size_t max_violations;
     const char *tmpl;
     char **critical;
@@ -371,14 +372,14 @@ static void build_from_history(wjob *j, const char *status, const cJSON *history
 }
 
 static cJSON *make_reflection(wjob *j, int attempt, const char *reason, const cJSON *violations,
-                              const char *output) {
+                              const char *output, size_t output_cap) {
     worker *w = j->w;
     cJSON *r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "attempt", attempt);
     cJSON_AddNumberToObject(r, "max_attempts", j->job.max_attempts);
     cJSON_AddStringToObject(r, "reason", reason);
     cJSON_AddItemToObject(r, "violations", violations ? cJSON_Duplicate(violations, 1) : cJSON_CreateArray());
-    char *prev = capped_copy(output ? output : "", w->prev_output_cap);
+    char *prev = capped_copy(output ? output : "", output_cap);
     cJSON_AddStringToObject(r, "previous_output", prev ? prev : "");
     reflect_input in = {w->tmpl, attempt, j->job.max_attempts, reason, violations,
                         j->schema_text, prev};
@@ -391,12 +392,26 @@ static cJSON *make_reflection(wjob *j, int attempt, const char *reason, const cJ
 
 static void build_retry(wjob *j, int attempt, const char *reason, const cJSON *violations,
                         const char *output) {
-    cJSON *refl = make_reflection(j, attempt, reason, violations, output);
+    worker *w = j->w;
+    cJSON *refl = make_reflection(j, attempt, reason, violations, output, w->prev_output_cap);
     /* job_retry_value bumps the job's attempt: the job here is the attempt
      * that failed. */
     char *value = job_retry_value(&j->job, refl);
     cJSON_Delete(refl);
-    set_event(j, EVENT_RETRY, j->w->t_jobs, attempt, NULL, value);
+    if (value && strlen(value) > w->retry_max_bytes) {
+        /* Whatever the history, the retry must fit in a Kafka message: cut
+         * the previous output hard and keep the first violations. */
+        free(value);
+        cJSON *few = cJSON_Duplicate(violations, 1);
+        while (few && cJSON_GetArraySize(few) > 5) cJSON_DeleteItemFromArray(few, cJSON_GetArraySize(few) - 1);
+        refl = make_reflection(j, attempt, reason, few, output, 1024);
+        cJSON_Delete(few);
+        value = job_retry_value(&j->job, refl);
+        cJSON_Delete(refl);
+        log_warn(j->job.job_id, attempt, "retry job shrunk to %zu bytes to fit retry.max_message_bytes",
+                 value ? strlen(value) : 0);
+    }
+    set_event(j, EVENT_RETRY, w->t_jobs, attempt, NULL, value);
 }
 
 /* ---- Redis: finish ------------------------------------------------------ */
@@ -1213,6 +1228,7 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->default_max_attempts = (int)config_get_int(cfg, "retry.max_attempts");
     w->max_attempts_ceiling = (int)config_get_int(cfg, "retry.max_attempts_ceiling");
     w->prev_output_cap = (size_t)config_get_int(cfg, "retry.previous_output_max_bytes");
+    w->retry_max_bytes = (size_t)config_get_int(cfg, "retry.max_message_bytes");
     w->max_violations = (size_t)config_get_int(cfg, "retry.max_violations");
     w->tmpl = config_get(cfg, "retry.template");
     w->max_inflight = (size_t)config_get_int(cfg, "llm.max_inflight");

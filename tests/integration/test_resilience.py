@@ -211,3 +211,19 @@ def test_status_command(stack):
     missing = subprocess.run([os.path.join(BUILD, "retort"), "status", "no-such-job", "-c", stack.config_path],
                              capture_output=True, text=True, timeout=10)
     assert missing.returncode == 1 and "no-such-job" in missing.stderr
+
+
+def test_retry_job_is_shrunk_to_the_message_size(stack):
+    w = stack.start_worker("--set", "retry.max_message_bytes=4096",
+                           "--set", "retry.previous_output_max_bytes=100000")
+    jid = uid("big")
+    stack.produce_jobs([job(jid, prompt="Describe a product. " + "x" * 3500,
+                            directive="defect=wrong_type until=1")])
+    stack.wait_outcomes([jid])
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"] == jid]
+    assert len(retries) == 1
+    refl = retries[0]["value"]["reflection"]
+    assert len(refl["previous_output"].encode()) <= 1024 and len(refl["violations"]) <= 5
+    assert "retry job shrunk" in stack.worker_log(w.name)
+    assert [m["value"]["attempts"] for m in stack.consume("retort.final") if m["value"]["job_id"] == jid] == [2]
