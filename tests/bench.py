@@ -32,8 +32,8 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_lib import (BUILD, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
-                       chat_body, job_doc, parse_rfc3339_ms, peak_overlap, percentile, proc_cpu_s,
-                       proc_status_kb)
+                       chat_body, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
+                       proc_cpu_s, proc_status_kb)
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 SCALE = os.environ.get("BENCH_SCALE") == "1"
@@ -72,9 +72,11 @@ def floors():
         count = n(30000)
         docs = [job_doc("relay-%s-%d" % (RUN, i), i) for i in range(count)]
         st.feed(docs)
+        k0 = proc_cpu_s(st.kafka.pid)
         r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
                             "--count", str(count)], capture_output=True, text=True, timeout=600)
         relay = json.loads(r.stdout)
+        out["relay_mock_broker_cpu_us_per_msg"] = round((proc_cpu_s(st.kafka.pid) - k0) * 1e6 / count, 1)
         log("  relay  %6d msgs  %8.0f jobs/s  %5.1f us CPU/msg" %
             (relay["messages"], relay["jobs_per_s"], relay["cpu_us_per_msg"]))
         out["relay_jobs_per_s"] = relay["jobs_per_s"]
@@ -145,6 +147,10 @@ def directive_for(sc, i):
     return " ".join(parts) or None
 
 
+class ScenarioFailed(RuntimeError):
+    pass
+
+
 def wait_done(st, ids, timeout, label, wpid):
     """Waits until every id has an outcome; returns the wall time it was
     noticed (or None on timeout).  st.phase_done counts the ids done so far
@@ -160,6 +166,10 @@ def wait_done(st, ids, timeout, label, wpid):
         now = time.time()
         if got >= len(ids):
             return now
+        dead = [w for w in st.workers if w.poll() is not None]
+        if dead:
+            raise ScenarioFailed("%s: worker %s exited with %s (%d/%d outcomes); log tail:\n%s" % (
+                label, dead[0].name, dead[0].returncode, got, len(ids), st.worker_log(dead[0].name)[-1500:]))
         if now - t0 > timeout:
             log("  %s: TIMEOUT with %d/%d outcomes" % (label, got, len(ids)))
             return None
@@ -255,7 +265,8 @@ def run_scenario(sc):
             warm.append(job_doc("warm-%s-%s-r" % (name, RUN), 0, "defect=missing_field until=1"))
         st.feed(warm)
         if wait_done(st, {d["job_id"] for d in warm}, 60, "warm-up", w.pid) is None:
-            raise RuntimeError("warm-up jobs got no outcome; worker log:\n" + st.worker_log(w.name)[-3000:])
+            raise ScenarioFailed("warm-up jobs got no outcome in 60 s (worker %s); worker log tail:\n%s" % (
+                "running" if w.poll() is None else "exited with %s" % w.returncode, st.worker_log(w.name)[-1500:]))
         time.sleep(1.0)
         c_idle0, t_idle0 = proc_cpu_s(w.pid), time.time()
         time.sleep(2.0)
@@ -278,6 +289,7 @@ def run_scenario(sc):
         sampler.stop()
         feeder.join(5)
         l1, infra1 = st.llm_stats_light(), st.proc_cpu()
+        t1 = time.time()
         res["complete"] = t_seen is not None
         outs = outcome_table(st, ids)
         t_last = max(ts for _, ts, _ in outs.values()) / 1000.0 if outs else time.time()
@@ -298,6 +310,10 @@ def run_scenario(sc):
             d = infra1[k] - infra0[k]
             res["%s_cpu_us_per_job" % k] = round(d * 1e6 / max(1, len(outs)), 1)
             res["%s_cpu_pct" % k] = round(100 * d / elapsed, 1)
+        span = max(1e-3, t1 - t0)
+        res["machine_cpu_pct"] = round(100 * (infra1["machine"] - infra0["machine"]) / span, 1)
+        res["foreign_cpu_pct"] = round(100 * max(0.0, (infra1["machine"] - infra0["machine"]) -
+                                                 (infra1["ours"] - infra0["ours"])) / span, 1)
 
         hist = st.history(ids)
         finals = sum(1 for tp, _, _ in outs.values() if tp == "retort.final")
@@ -335,6 +351,14 @@ def run_scenario(sc):
                 a = created if k == 0 else parse_rfc3339_ms(rec["started_at"])
                 b = ts if k == len(recs) - 1 else parse_rfc3339_ms(rec["finished_at"])
                 intervals.append((a, b))
+        # Consumption stalls: gaps of 50 ms or more between consecutive
+        # job starts (Redis BEGIN times) while a backlog was waiting.
+        starts = sorted(c for c, _ in hist.values() if c is not None)
+        gaps = [b - a for a, b in zip(starts, starts[1:]) if b - a >= 50]
+        res["consume_stalls"] = len(gaps)
+        res["consume_stall_s"] = round(sum(gaps) / 1000.0, 2)
+        res["consume_stall_pct"] = round(100 * sum(gaps) / 1000.0 / elapsed, 1)
+        res["consume_stall_p50_ms"] = percentile(gaps, 50)
         res["inflight_peak_jobs"] = peak_overlap(intervals)
         res["inflight_peak_llm_calls"] = sampler.suspended_max if sc.get("latency_ms") else None
         res["inflight_peak"] = max(res["inflight_peak_jobs"], sampler.suspended_max)
@@ -388,6 +412,9 @@ def report(results):
             ("redis us/job", "redis_cpu_us_per_job", "%12.0f"), ("final/esc/miss", None, "%s")]
     log("%-14s " % "scenario" + " ".join(("%" + str(max(len(h), 8)) + "s") % h for h, _, _ in cols))
     for name, r in sc.items():
+        if "failed" in r:
+            log("%-14s FAILED: %s" % (name, r["failed"].splitlines()[0]))
+            continue
         cells = []
         for h, k, f in cols:
             if k is None:
@@ -399,8 +426,13 @@ def report(results):
         log("%-14s " % name + " ".join(cells))
     rl = fl.get("relay_latency_p50_ms")
     for name, r in sc.items():
-        extra = "worker CPU %s%% of a core, mock LLM %s%%, redis %s%%, mock broker %s%%" % (
-            r.get("worker_cpu_pct"), r.get("mock_llm_cpu_pct"), r.get("redis_cpu_pct"), r.get("kafka_cpu_pct"))
+        if "failed" in r:
+            continue
+        extra = ("worker CPU %s%% of a core, mock LLM %s%%, redis %s%%, mock broker %s%%, other programs %s%%; "
+                 "%s consumption stalls >= 50 ms (median %s ms) = %s%% of the time" % (
+                     r.get("worker_cpu_pct"), r.get("mock_llm_cpu_pct"), r.get("redis_cpu_pct"),
+                     r.get("kafka_cpu_pct"), r.get("foreign_cpu_pct"), r.get("consume_stalls"),
+                     r.get("consume_stall_p50_ms"), r.get("consume_stall_pct")))
         if r.get("added_latency_p50_ms") is not None and "latency_phase" in r and rl is not None:
             extra += "; added p50 %.0f ms = relay floor %.0f ms + %.0f ms" % (
                 r["added_latency_p50_ms"], rl, r["added_latency_p50_ms"] - rl)
@@ -412,7 +444,8 @@ def report(results):
 
 
 def targets(results):
-    fl, sc = results["floors"], results["scenarios"]
+    fl = results["floors"]
+    sc = {k: v for k, v in results["scenarios"].items() if "failed" not in v}
     out = {}
     curl = fl.get("curl_cpu_us_per_req")
     for name in ("a_instant", "a_instant_hi", "b_200ms", "d_retry30"):
@@ -433,6 +466,7 @@ def targets(results):
         out["retried jobs end final (d_retry30)"] = "%s (%d final, %d escalated)" % (
             "MET" if d["escalations"] == 0 and d["missing"] == 0 else "NOT MET", d["finals"], d["escalations"])
     every = all(r.get("missing", 1) == 0 and r.get("duplicates", 1) == 0 for r in sc.values())
+    every = every and len(sc) == len(results["scenarios"])
     out["every job exactly one outcome"] = "MET" if every else "NOT MET"
     if "a_instant" in sc and "scale" in sc:
         a, s = sc["a_instant"], sc["scale"]
@@ -451,9 +485,16 @@ def main():
     t_start = time.time()
     log("== building the floors' clients")
     build_tools()
+    b0, t0 = machine_busy_s(), time.time()
+    time.sleep(1.0)
+    busy = 100 * (machine_busy_s() - b0) / (time.time() - t0)
+    log("== machine: %d CPUs, %.0f%% of a CPU busy before the bench starts%s" % (
+        os.cpu_count(), busy, "  (OTHER PROGRAMS ARE RUNNING: figures will be lower than they should)"
+        if busy > 15 else ""))
     results = {"floors": {}, "scenarios": {}, "env": {
         "run": RUN, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
         "partitions": PARTITIONS, "quick": QUICK, "scale_jobs": SCALE_JOBS}}
+    results["env"]["busy_before_pct"] = round(busy, 1)
     try:
         if not ONLY or "floors" in ONLY:
             results["floors"] = floors()
@@ -461,7 +502,11 @@ def main():
         if not ONLY or "scale" in ONLY:
             todo.append(dict(name="scale", jobs=SCALE_JOBS, latency_ms=0, args=[], no_latency_phase=True))
         for sc in todo:
-            results["scenarios"][sc["name"]] = run_scenario(sc)
+            try:
+                results["scenarios"][sc["name"]] = run_scenario(sc)
+            except ScenarioFailed as e:
+                log("  FAILED: %s" % e)
+                results["scenarios"][sc["name"]] = {"failed": str(e)[:2000]}
             with open(RESULTS, "w") as f:   # partial results survive a crash
                 json.dump(results, f, indent=1)
     except KeyboardInterrupt:

@@ -71,6 +71,20 @@ def proc_status_kb(pid, key):
     return 0
 
 
+def machine_busy_s():
+    """CPU seconds all CPUs spent busy since boot (/proc/stat, not idle
+    nor iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / CLK_TCK
+
+
+def children_cpu_s():
+    """CPU seconds of this process (the bench) and its waited-for children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def proc_threads(pid):
     return proc_status_kb(pid, "Threads")
 
@@ -309,9 +323,17 @@ class BenchStack(Stack):
         return d
 
     def proc_cpu(self):
-        """CPU seconds of the infrastructure processes."""
-        return {"redis": proc_cpu_s(self.redis.pid), "kafka": proc_cpu_s(self.kafka.pid),
-                "llm": proc_cpu_s(self.llm.pid)}
+        """CPU seconds of the infrastructure processes, of everything this
+        stack runs (workers, kcat tails and the bench itself included), and
+        of the whole machine: the difference is load from other programs."""
+        d = {"redis": proc_cpu_s(self.redis.pid), "kafka": proc_cpu_s(self.kafka.pid),
+             "llm": proc_cpu_s(self.llm.pid)}
+        ours = d["redis"] + d["kafka"] + d["llm"] + children_cpu_s()
+        ours += sum(proc_cpu_s(w.pid) for w in self.workers)
+        ours += sum(proc_cpu_s(t.proc.pid) for t in self.tails)
+        d["ours"] = ours
+        d["machine"] = machine_busy_s()
+        return d
 
     def history(self, ids, batch=2000):
         """Per job id: (created_ms, [attempt records]) from Redis."""

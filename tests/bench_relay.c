@@ -8,11 +8,22 @@
  *   bench-relay --brokers LIST --count N [--in TOPIC] [--out TOPIC]
  *               [--group ID] [--timeout-s S]
  *   bench-relay --brokers LIST --produce FILE [--out TOPIC] [--rate R]
+ *   relay mode options emulating the worker's flow control:
+ *               [--max-inflight M] [--hold-ms T] [--flow pause|nopoll]
  *
  * Relay mode runs until N messages were consumed and their copies delivered
  * (or the timeout passes) and prints one JSON line: messages, elapsed_s
  * (first message consumed to last delivery), jobs_per_s, cpu_us_per_msg
  * (this process, all threads, from getrusage over the same span).
+ *
+ * With --hold-ms each message is held T ms before its copy is produced (a
+ * stand-in for the LLM call) and at most M messages are in flight (consumed,
+ * copy not yet delivered).  --flow pause does what worker/kafka_io.c does at
+ * the cap: seek the partition back to the message, pause every assigned
+ * partition, resume them when M*3/4 are left; --flow nopoll just stops
+ * calling rd_kafka_consumer_poll at the cap and leaves the messages in
+ * librdkafka's local queue.  Comparing both shows what the flow control
+ * itself costs, without the worker.
  *
  * Produce mode is the benchmark's job feeder: FILE holds records
  * KEY 0x1f VALUE 0x1e (kcat -K/-D style); each is produced to --out at R
@@ -33,7 +44,14 @@ typedef struct relay {
     rd_kafka_t *consumer, *producer;
     const char *in, *out;
     long consumed, delivered, failed;
+    long inflight;
 } relay;
+
+/* A consumed message waiting for its hold time to pass. */
+typedef struct held {
+    rd_kafka_message_t *m;
+    double due;
+} held;
 
 static volatile sig_atomic_t g_stop;
 
@@ -67,6 +85,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
         r->delivered++;
         if (l) rd_kafka_offsets_store(r->consumer, l);
     }
+    r->inflight--;
     if (l) rd_kafka_topic_partition_list_destroy(l);
 }
 
@@ -214,8 +233,12 @@ out:
 
 int main(int argc, char **argv) {
     relay r = {0};
-    const char *produce = NULL;
-    double rate = 0;
+    const char *produce = NULL, *flow = "pause";
+    double rate = 0, hold_ms = 0;
+    long max_inflight = 0, pauses = 0;
+    held *ring = NULL;
+    size_t ring_cap = 0, ring_head = 0, ring_n = 0;
+    int paused = 0;
     const char *brokers = NULL, *group = "bench-relay";
     long count = 0, timeout_s = 300;
     char errstr[512];
@@ -233,9 +256,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--timeout-s") && has) timeout_s = atol(argv[++i]);
         else if (!strcmp(a, "--produce") && has) produce = argv[++i];
         else if (!strcmp(a, "--rate") && has) rate = atof(argv[++i]);
+        else if (!strcmp(a, "--max-inflight") && has) max_inflight = atol(argv[++i]);
+        else if (!strcmp(a, "--hold-ms") && has) hold_ms = atof(argv[++i]);
+        else if (!strcmp(a, "--flow") && has) flow = argv[++i];
         else {
             fprintf(stderr, "usage: bench-relay --brokers LIST --count N [--in TOPIC] [--out TOPIC] "
                             "[--group ID] [--timeout-s S]\n"
+                            "                   [--max-inflight M] [--hold-ms T] [--flow pause|nopoll]\n"
                             "       bench-relay --brokers LIST --produce FILE [--out TOPIC] [--rate R]\n");
             return 2;
         }
@@ -247,6 +274,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench-relay: --brokers and --count are required\n");
         return 2;
     }
+    int nopoll = !strcmp(flow, "nopoll");
+    if (!nopoll && strcmp(flow, "pause")) {
+        fprintf(stderr, "bench-relay: --flow is pause or nopoll\n");
+        return 2;
+    }
+    ring_cap = (size_t)(max_inflight > 0 ? max_inflight : count) + 1;
+    ring = calloc(ring_cap, sizeof(*ring));
+    if (!ring) return 1;
 
     /* The worker's consumer settings (kafka_io.c). */
     rd_kafka_conf_t *cc = rd_kafka_conf_new();
@@ -295,29 +330,91 @@ int main(int argc, char **argv) {
 
     double t0 = 0, c0 = 0, deadline = now_s() + (double)timeout_s;
     while (!g_stop && r.delivered + r.failed < count && now_s() < deadline) {
-        /* Drain what is buffered without blocking, then wait a little. */
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(r.consumer, r.consumed < count ? 5 : 0);
+        double now = now_s();
+        /* Held messages whose time has come are relayed. */
+        while (ring_n && ring[ring_head].due <= now) {
+            rd_kafka_message_t *hm = ring[ring_head].m;
+            if (relay_one(&r, hm)) r.inflight--;
+            rd_kafka_message_destroy(hm);
+            ring_head = (ring_head + 1) % ring_cap;
+            ring_n--;
+        }
+        if (paused && r.inflight <= max_inflight * 3 / 4) {
+            rd_kafka_topic_partition_list_t *as = NULL;
+            if (!rd_kafka_assignment(r.consumer, &as) && as) {
+                rd_kafka_resume_partitions(r.consumer, as);
+                rd_kafka_topic_partition_list_destroy(as);
+            }
+            paused = 0;
+        }
+        int full = max_inflight > 0 && r.inflight >= max_inflight;
+        rd_kafka_message_t *m = NULL;
+        if (r.consumed < count && !(nopoll && full))
+            m = rd_kafka_consumer_poll(r.consumer, paused || ring_n ? 0 : 1);
         if (m) {
             if (!m->err && r.consumed < count) {
                 if (!r.consumed) {
                     t0 = now_s();
                     c0 = cpu_s();
                 }
-                if (relay_one(&r, m) == 0) r.consumed++;
+                if (full) {
+                    /* worker/kafka_io.c at the cap: rewind to this
+                     * message and pause everything until M*3/4. */
+                    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+                    rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(m->rkt), m->partition)->offset =
+                        m->offset;
+                    rd_kafka_topic_partition_list_t *as = NULL;
+                    if (!paused && !rd_kafka_assignment(r.consumer, &as) && as) {
+                        rd_kafka_pause_partitions(r.consumer, as);
+                        rd_kafka_topic_partition_list_destroy(as);
+                        paused = 1;
+                        pauses++;
+                    }
+                    rd_kafka_seek_partitions(r.consumer, l, -1);
+                    rd_kafka_topic_partition_list_destroy(l);
+                } else if (hold_ms > 0) {
+                    size_t slot = (ring_head + ring_n) % ring_cap;
+                    ring[slot].m = m;
+                    ring[slot].due = now_s() + hold_ms / 1000.0;
+                    ring_n++;
+                    r.inflight++;
+                    r.consumed++;
+                    m = NULL;   /* owned by the ring now */
+                } else {
+                    r.inflight++;
+                    if (relay_one(&r, m) == 0) r.consumed++;
+                    else r.inflight--;
+                }
+                if (max_inflight > 0 && r.inflight >= max_inflight && !nopoll && !paused) {
+                    rd_kafka_topic_partition_list_t *as = NULL;
+                    if (!rd_kafka_assignment(r.consumer, &as) && as) {
+                        rd_kafka_pause_partitions(r.consumer, as);
+                        rd_kafka_topic_partition_list_destroy(as);
+                        paused = 1;
+                        pauses++;
+                    }
+                }
             }
-            rd_kafka_message_destroy(m);
+            if (m) rd_kafka_message_destroy(m);
         }
-        rd_kafka_poll(r.producer, r.consumed < count ? 0 : 5);
+        rd_kafka_poll(r.producer, (full || paused || r.consumed >= count) ? 1 : 0);
     }
     while (rd_kafka_outq_len(r.producer) > 0 && now_s() < deadline) rd_kafka_poll(r.producer, 5);
     double el = now_s() - t0, cpu = cpu_s() - c0;
     printf("{\"messages\": %ld, \"delivered\": %ld, \"failed\": %ld, \"elapsed_s\": %.3f, "
-           "\"jobs_per_s\": %.1f, \"cpu_us_per_msg\": %.1f}\n",
+           "\"jobs_per_s\": %.1f, \"cpu_us_per_msg\": %.1f, \"flow\": \"%s\", \"max_inflight\": %ld, "
+           "\"hold_ms\": %.0f, \"pauses\": %ld}\n",
            r.consumed, r.delivered, r.failed, el, el > 0 ? (double)r.delivered / el : 0.0,
-           r.delivered ? cpu * 1e6 / (double)r.delivered : 0.0);
+           r.delivered ? cpu * 1e6 / (double)r.delivered : 0.0, flow, max_inflight, hold_ms, pauses);
     fflush(stdout);
     rc = r.delivered == count ? 0 : 1;
 out:
+    while (ring_n) {
+        rd_kafka_message_destroy(ring[ring_head].m);
+        ring_head = (ring_head + 1) % ring_cap;
+        ring_n--;
+    }
+    free(ring);
     if (r.consumer) {
         rd_kafka_consumer_close(r.consumer);
         rd_kafka_destroy(r.consumer);

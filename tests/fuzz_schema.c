@@ -10,10 +10,12 @@
  * checks invariants: validation with and without a violations list gives
  * the same answer, an invalid answer has at least one violation, every
  * violation has a path, keyword location, code and message, and
- * count <= cap <= total.
+ * count <= total, and the built-in matcher for simple patterns agrees
+ * with PCRE2: an instance ["PATTERN", "SUBJECT", ...] is matched by both.
  */
 #include "schema.h"
 #include "schema_format.h"
+#include "schema_regex.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,6 +50,48 @@ static void check_violations(const schema_violations *v, int r)
     }
 }
 
+static int utf8_ok(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80 ? 0 : (*p >= 0xC2 && *p <= 0xDF) ? 1 : (*p >= 0xE0 && *p <= 0xEF) ? 2
+              : (*p >= 0xF0 && *p <= 0xF4) ? 3 : -1;
+        if (n < 0)
+            return 0;
+        for (int k = 1; k <= n; k++)
+            if ((p[k] & 0xC0) != 0x80)
+                return 0;
+        if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] > 0x9F) ||
+            (p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] > 0x8F))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+/* Differential check of the two regex engines. */
+static void regex_differential(const cJSON *inst)
+{
+    const cJSON *pat = inst->child;
+    if (!cJSON_IsString(pat) || !utf8_ok(pat->valuestring))
+        return;
+    schema_regex *fast = schema_regex_compile(pat->valuestring, 0, NULL, 0);
+    schema_regex *pcre = schema_regex_compile(pat->valuestring, SCHEMA_REGEX_PCRE_ONLY, NULL, 0);
+    if ((fast == NULL) != (pcre == NULL))
+        abort();
+    for (const cJSON *s = pat->next; fast && s; s = s->next) {
+        if (!cJSON_IsString(s) || !utf8_ok(s->valuestring))
+            continue;
+        size_t n = strlen(s->valuestring);
+        int a = schema_regex_match(fast, s->valuestring, n);
+        int b = schema_regex_match(pcre, s->valuestring, n);
+        if (a >= 0 && b >= 0 && a != b)
+            abort();
+    }
+    schema_regex_free(fast);
+    schema_regex_free(pcre);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     init_registry();
@@ -63,6 +107,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     cJSON *sdoc = cJSON_ParseWithLength(text, slen);
     cJSON *inst = cJSON_ParseWithLength(itext, ilen);
+    if (inst && cJSON_IsArray(inst))
+        regex_differential(inst);
     if (!sdoc || !inst)
         goto done;
     schema_options opts = { (flags & 1) ? SCHEMA_DRAFT_7 : SCHEMA_DRAFT_2020_12, (flags >> 1) & 1,

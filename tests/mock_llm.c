@@ -18,8 +18,8 @@
  * Directives (keys of the [[mock ...]] token of the FIRST user message):
  *   defect=missing_field|wrong_type|invalid_value|extra_field|not_json|
  *          fenced|prose|refusal|empty|truncated
- *   until=K        defect on attempts 1..K only (attempt = 1 + number of
- *                  assistant messages in the request)
+ *   until=K        defect on attempts 1..K only (attempt = X-Retort-Attempt
+ *                  when sent, else 1 + number of assistant messages)
  *   field=NAME     field the defect applies to (a/b for nested)
  *   repair=0       disable the repair rule: on an attempt > until the answer
  *                  is valid only if the LAST user message contains the
@@ -2267,6 +2267,10 @@ static void llm_answer(const llm_in *in, answer *a)
         goto done;
     }
     chat_read(req, in->api, &c);
+    /* Retort's retries carry only the last output, never every past one:
+     * its X-Retort-Attempt header says which attempt this is. */
+    if (in->attempt_hdr && atoi(in->attempt_hdr) > 0)
+        c.attempt = atoi(in->attempt_hdr);
     directives_parse(c.first_user.p, &d);
     a->attempt = c.attempt;
     snprintf(a->defect, sizeof(a->defect), "%s", defect_names[d.defect]);

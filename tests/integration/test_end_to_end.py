@@ -269,3 +269,14 @@ def test_sigterm_drains_in_flight_jobs(stack):
     stack.start_worker(name="w-next")
     time.sleep(6)
     assert stack.llm_stats()["requests"] == before
+
+
+def test_fixed_on_third_attempt(stack):
+    stack.start_worker()
+    jid = uid("third")
+    stack.produce_jobs([job(jid, directive="defect=missing_field until=2")])
+    stack.wait_outcomes([jid])
+    ev = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] == jid][0]
+    assert ev["attempts"] == 3
+    assert [s["outcome"] for s in ev["summary"]] == ["invalid", "invalid", "valid"]
+    assert [s["codes"] for s in ev["summary"]][:2] == [["MISSING_FIELD"], ["MISSING_FIELD"]]

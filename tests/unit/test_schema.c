@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "schema.h"
+#include "schema_regex.h"
 #include "validate_cli.h"
 
 #include <fcntl.h>
@@ -220,6 +221,44 @@ static void test_pattern_ecma(void **state)
     assert_int_equal(check(s, "{\"e\":\"abc\\n\"}", &v), 1);
     schema_violations_clear(&v);
     schema_free(s);
+}
+
+/* The built-in matcher for simple patterns must agree with PCRE2. */
+static void test_regex_fast_path_matches_pcre(void **state)
+{
+    (void)state;
+    static const char *pats[] = {
+        "^[A-Z]{2}$", "^[A-Z]{3}-[0-9]{4,8}$", "^[^@ ]+@[^@ ]+$", "^\\+?[0-9 ()-]{6,20}$",
+        "^[a-z_]{1,32}$", "^WH-[0-9]{2}$", "^\\d+$", "^\\w*$", "^a*b?c$", "^[0-9A-Z -]{3,10}$",
+        "^x{2,}y", "^", "^$", "^[a-c]+[d-f]*$", "^\\.[^.]{1,3}$", "^[-a]+$", "^[b-d]{0}x",
+        /* not simple (left to PCRE2), listed to exercise the fallback */
+        "^a{1, 3}$", "^a*a$", "^(ab)+$", "^[a-z]{2}(-[A-Z]{2})?$", "abc", "^\\s+$", "^.+$", "^[a-z]+?x$",
+    };
+    static const char *subjects[] = {
+        "", "A", "AB", "ABC", "ab", "ABC-1234", "ABC-123456789", "abc-1234", "a@b", "a@@b",
+        "\xc3\xa9@b", "a b@c", "+41 (0)44 123", "12345", "1234567890123456789012", "foo_bar",
+        "WH-07", "WH-7", "007", "\xd9\xa1", "a_1", "c", "bc", "aaac", "xx", "xxxy", "abcdef",
+        "aaaddd", ".ab", ".abcd", "a{1, 3}", "a", "aaa", "-a-", "ababab", "ab-CD", "  ", "x\ny",
+    };
+    for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++) {
+        char err[128];
+        schema_regex *fast = schema_regex_compile(pats[i], 0, err, sizeof err);
+        schema_regex *pcre = schema_regex_compile(pats[i], SCHEMA_REGEX_PCRE_ONLY, err, sizeof err);
+        assert_non_null(fast);
+        assert_non_null(pcre);
+        assert_false(schema_regex_is_simple(pcre));
+        /* the first 17 patterns are in the simple subset, the rest not */
+        assert_int_equal(schema_regex_is_simple(fast), i < 17);
+        for (size_t j = 0; j < sizeof subjects / sizeof subjects[0]; j++) {
+            const char *sub = subjects[j];
+            int a = schema_regex_match(fast, sub, strlen(sub));
+            int b = schema_regex_match(pcre, sub, strlen(sub));
+            if (a != b)
+                fail_msg("pattern %s on \"%s\": fast %d, pcre2 %d", pats[i], sub, a, b);
+        }
+        schema_regex_free(fast);
+        schema_regex_free(pcre);
+    }
 }
 
 static void test_local_refs(void **state)
@@ -948,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_string_lengths_code_points),
         cmocka_unit_test(test_pattern_ecma),
+        cmocka_unit_test(test_regex_fast_path_matches_pcre),
         cmocka_unit_test(test_local_refs),
         cmocka_unit_test(test_anyof_closest_branch),
         cmocka_unit_test(test_oneof),
