@@ -31,7 +31,7 @@ ASAN_UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(ASAN_BUILD)/%)
 
 PY := /usr/bin/python3
 
-.PHONY: all deps test unit unit-asan conformance integration compose-check demo bench fuzz clean
+.PHONY: all deps test unit unit-asan conformance integration integration-asan compose-check demo bench fuzz clean
 
 all: $(BUILD)/retort $(BUILD)/retort-worker $(BUILD)/mock-llm $(BUILD)/mock-kafka
 
@@ -78,6 +78,15 @@ $(BUILD)/test_%: $(BUILD)/tests/unit/test_%.o $(WORKER_OBJ) $(BUILD)/libretort_c
 $(ASAN_BUILD)/test_%: $(ASAN_BUILD)/tests/unit/test_%.o $(ASAN_WORKER_OBJ) $(ASAN_COMMON_OBJ)
 	$(CC) $(ASAN_FLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
 
+# The worker itself under ASan+UBSan, for integration runs (RETORT_BIN=...).
+$(ASAN_BUILD)/retort: $(ASAN_BUILD)/worker/main.o $(ASAN_WORKER_OBJ) $(ASAN_COMMON_OBJ)
+	$(CC) $(ASAN_FLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS)) -lm
+
+integration-asan: all $(ASAN_BUILD)/retort
+	cd tests/integration && RETORT_BIN=$(CURDIR)/$(ASAN_BUILD)/retort \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(PY) -m pytest -q -p no:cacheprovider test_end_to_end.py test_validators.py test_metrics.py test_anthropic.py
+
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; ./$$t; done
 
@@ -103,6 +112,7 @@ test: deps all
 	$(MAKE) --no-print-directory conformance
 	$(MAKE) --no-print-directory compose-check
 	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory integration-asan
 
 demo: deps all
 	$(PY) tests/demo.py

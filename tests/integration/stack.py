@@ -115,7 +115,7 @@ class Stack:
         name = name or "w%d" % len(self.workers)
         log = open(os.path.join(self.dir, name + ".log"), "ab")
         p = subprocess.Popen(
-            [os.path.join(BUILD, "retort"), "worker", "-c", self.config_path,
+            [os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort")), "worker", "-c", self.config_path,
              "--set", "worker.id=%s" % name] + list(args),
             stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret"))
         p.name = name
