@@ -25,7 +25,10 @@ struct kafka_io {
     int draining;
     int handles_open;
     int brokers_down;
+    rd_kafka_message_t *held;   /* taken from the queue while the worker was full */
 };
+
+static void drop_held(kafka_io *k, int rewind);
 
 typedef struct conf_ctx {
     rd_kafka_conf_t *conf;
@@ -86,6 +89,12 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     } else {
         log_info(NULL, 0, "revoked %d partition(s)%s", parts->cnt,
                  rd_kafka_assignment_lost(rk) ? " (lost)" : "");
+        if (k->held) {
+            for (int i = 0; i < parts->cnt; i++)
+                if (parts->elems[i].partition == k->held->partition &&
+                    !strcmp(parts->elems[i].topic, rd_kafka_topic_name(k->held->rkt)))
+                    drop_held(k, 0);
+        }
         if (k->cbs.on_revoke) k->cbs.on_revoke(k->cbs.ud, parts);
         if (cooperative) rd_kafka_incremental_unassign(rk, parts);
         else rd_kafka_assign(rk, NULL);
@@ -101,11 +110,29 @@ static void drain_pipe(int fd) {
     }
 }
 
+/* Gives back the held message's position (rewinding its partition), for
+ * when it will not be offered again soon: a pause, a revoke, the end. */
+static void drop_held(kafka_io *k, int rewind) {
+    if (!k->held) return;
+    if (rewind) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(k->held->rkt), k->held->partition)->offset =
+            k->held->offset;
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(k->consumer, l, -1);
+        if (e) rd_kafka_error_destroy(e);
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    rd_kafka_message_destroy(k->held);
+    k->held = NULL;
+}
+
 void kafka_io_poll(kafka_io *k) {
     if (k->draining) return; /* no re-entry from a callback */
     k->draining = 1;
     for (;;) {
-        rd_kafka_message_t *msg = rd_kafka_consumer_poll(k->consumer, 0);
+        rd_kafka_message_t *msg = k->held;
+        k->held = NULL;
+        if (!msg) msg = rd_kafka_consumer_poll(k->consumer, 0);
         if (!msg) break;
         if (msg->err) {
             if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
@@ -117,23 +144,20 @@ void kafka_io_poll(kafka_io *k) {
             rd_kafka_message_destroy(msg);
             continue;
         }
-        int full = k->cbs.on_message(k->cbs.ud, msg);
-        if (full) {
-            /* At capacity with this message unhandled: rewind the
-             * partition to it and pause; resume fetches it again. */
-            rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-            rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(msg->rkt), msg->partition)
-                ->offset = msg->offset;
-            kafka_io_pause(k);
-            rd_kafka_seek_partitions(k->consumer, l, -1);
-            rd_kafka_topic_partition_list_destroy(l);
-            rd_kafka_message_destroy(msg);
+        if (k->cbs.on_message(k->cbs.ud, msg)) {
+            /* Full: keep this message and stop draining.  Pausing the
+             * partitions instead would throw away librdkafka's prefetched
+             * messages and cost a fetch round trip on every resume; the
+             * queue stays bounded by queued.max.messages.kbytes. */
+            k->held = msg;
             break;
         }
         rd_kafka_message_destroy(msg);
     }
     k->draining = 0;
 }
+
+int kafka_io_holding(const kafka_io *k) { return k->held != NULL; }
 
 static void consumer_wakeup(uv_poll_t *h, int status, int events) {
     kafka_io *k = h->data;
@@ -259,6 +283,7 @@ static void poll_close_cb(uv_handle_t *h) {
 void kafka_io_free(kafka_io *k, int timeout_ms) {
     if (!k) return;
     if (k->consumer) {
+        drop_held(k, 0);
         /* Close commits the stored offsets and leaves the group; it serves
          * the rebalance callback itself. */
         rd_kafka_consumer_close(k->consumer);
@@ -327,6 +352,7 @@ void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset) {
 void kafka_io_pause(kafka_io *k) {
     if (k->paused) return;
     k->paused = 1;
+    drop_held(k, 1);
     if (k->assignment && k->assignment->cnt) rd_kafka_pause_partitions(k->consumer, k->assignment);
 }
 

@@ -14,8 +14,9 @@ typedef struct kafka_io kafka_io;
 
 typedef struct kafka_io_callbacks {
     /* A message of the jobs topic.  Return 0 to take it, nonzero to stop
-     * draining (at capacity): kafka_io pauses and redelivers it later. msg
-     * is valid until the callback returns. */
+     * draining (at capacity): kafka_io holds the message and offers it
+     * again on the next kafka_io_poll.  msg is valid until the callback
+     * returns. */
     int (*on_message)(void *ud, const rd_kafka_message_t *msg);
     /* A produced message's delivery report; opaque is produce's. */
     void (*on_delivery)(void *ud, void *opaque, rd_kafka_resp_err_t err);
@@ -44,12 +45,16 @@ int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char
 /* Stores offset (the next to consume) for commit. */
 void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset);
 
-/* Stop / restart fetching (backpressure).  Idempotent. */
+/* Stop / restart fetching (long stops: Redis down, shutdown); a held
+ * message is given back to the partition.  Idempotent. */
 void kafka_io_pause(kafka_io *k);
 void kafka_io_resume(kafka_io *k);
 int kafka_io_paused(const kafka_io *k);
-/* Drains the consumer queue now (after resume). */
+/* Drains the consumer queue now (after resume, or when the worker has room
+ * again for a held message). */
 void kafka_io_poll(kafka_io *k);
+/* 1 while a message refused by on_message waits to be offered again. */
+int kafka_io_holding(const kafka_io *k);
 /* Stops taking messages for good (shutdown): unsubscribes fetching. */
 void kafka_io_stop_consuming(kafka_io *k);
 int kafka_io_out_queue(const kafka_io *k);

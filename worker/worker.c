@@ -221,9 +221,11 @@ static char *capped_copy(const char *s, size_t cap) {
 }
 
 static void maybe_resume(worker *w) {
-    if (!w->stopping && kafka_io_paused(w->kio) && w->inflight <= w->low_water &&
-        state_connected(w->st)) {
+    if (w->stopping || !state_connected(w->st)) return;
+    if (kafka_io_paused(w->kio)) {
         kafka_io_resume(w->kio);
+        kafka_io_poll(w->kio);
+    } else if (kafka_io_holding(w->kio) && w->inflight < w->max_inflight) {
         kafka_io_poll(w->kio);
     }
 }
@@ -919,7 +921,6 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     if (w->jobs) w->jobs->prev = j;
     w->jobs = j;
     w->inflight++;
-    if (w->inflight >= w->max_inflight) kafka_io_pause(w->kio);
 
     char err[512], id[256];
     cJSON *violations = NULL;
