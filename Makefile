@@ -9,7 +9,7 @@ CPPFLAGS_ALL := -std=gnu11 -D_GNU_SOURCE -Icommon -Iworker
 DEB_PKGS := build-essential pkg-config librdkafka-dev libhiredis-dev \
 	libcurl4-openssl-dev libuv1-dev libcjson-dev libpcre2-dev \
 	libmicrohttpd-dev redis-server kcat libcmocka-dev python3-pytest \
-	python3-kafka python3-redis python3-jsonschema docker-compose
+	python3-kafka python3-redis python3-jsonschema docker-compose clang libclang-rt-14-dev
 
 COMMON_PKGS := libcjson libpcre2-8
 WORKER_PKGS := rdkafka libcurl libuv hiredis libcjson libpcre2-8
@@ -31,7 +31,7 @@ ASAN_UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(ASAN_BUILD)/%)
 
 PY := /usr/bin/python3
 
-.PHONY: all deps test unit unit-asan conformance integration integration-asan compose-check demo bench fuzz clean
+.PHONY: all deps test unit unit-asan conformance integration integration-asan compose-check demo bench bench-schema fuzz clean
 
 all: $(BUILD)/retort $(BUILD)/retort-worker $(BUILD)/mock-llm $(BUILD)/mock-kafka
 
@@ -86,6 +86,25 @@ integration-asan: all $(ASAN_BUILD)/retort
 	cd tests/integration && RETORT_BIN=$(CURDIR)/$(ASAN_BUILD)/retort \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(PY) -m pytest -q -p no:cacheprovider test_end_to_end.py test_validators.py test_metrics.py test_anthropic.py
+
+$(BUILD)/bench-schema: $(BUILD)/tests/bench_schema.o $(BUILD)/libretort_common.a
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm -lpthread
+
+bench-schema: $(BUILD)/bench-schema
+	./$(BUILD)/bench-schema 1
+
+# libFuzzer over parse + compile + validate, for a bounded time.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := tests/fuzz_schema.c $(filter common/schema%.c,$(COMMON_SRC))
+$(BUILD)/fuzz-schema: $(FUZZ_SRC) $(wildcard common/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(call pc,$(COMMON_PKGS)) -lm -lpthread
+
+fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner
+	@mkdir -p $(BUILD)/fuzz-corpus
+	@[ -n "$$(ls $(BUILD)/fuzz-corpus)" ] || ./$(BUILD)/jsts-runner $(JSTS) --fuzz-corpus $(BUILD)/fuzz-corpus >/dev/null
+	./$(BUILD)/fuzz-schema -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -rss_limit_mb=2048 $(BUILD)/fuzz-corpus
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; ./$$t; done

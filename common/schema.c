@@ -2438,16 +2438,29 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev);
 #define COLD __attribute__((noinline, cold))
 #define NOINLINE __attribute__((noinline))
 
-static void push_key(vctx *c, const char *key)
+/* The instance path is only needed for reports: without reporting it is
+ * not maintained.  (Reporting is never switched on inside a region where
+ * it is off, so pushes and pops stay paired.) */
+static inline void push_key(vctx *c, const char *key)
 {
-    c->path[c->npath].key = key;
-    c->path[c->npath++].idx = 0;
+    if (c->record) {
+        c->path[c->npath].key = key;
+        c->path[c->npath++].idx = 0;
+    }
 }
 
-static void push_idx(vctx *c, size_t i)
+static inline void push_idx(vctx *c, size_t i)
 {
-    c->path[c->npath].key = NULL;
-    c->path[c->npath++].idx = i;
+    if (c->record) {
+        c->path[c->npath].key = NULL;
+        c->path[c->npath++].idx = i;
+    }
+}
+
+static inline void pop_path(vctx *c)
+{
+    if (c->record)
+        c->npath--;
 }
 
 /* Writes the instance path as a JSON Pointer into buf (cap bytes);
@@ -2901,6 +2914,104 @@ NOINLINE static int kw_content(vctx *c, const node *n, const cJSON *inst)
                   "\"application/json\"", "string content is not a valid JSON document");
 }
 
+static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *inst);
+static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst);
+static int kw_unique(vctx *c, const node *n, const cJSON *inst);
+static int kw_required(vctx *c, const node *n, const cJSON *inst);
+static int kw_dep_required(vctx *c, const node *n, const cJSON *inst);
+
+COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
+{
+    if (!c->record)
+        return;
+    char list[128];
+    type_list(n->types, list, sizeof list);
+    report(c, n, "type", SCHEMA_WRONG_TYPE, inst, n->type_text, "expected %s, got %s", list,
+           inst_type_name(inst));
+}
+
+static inline int type_ok(int types, const cJSON *v)
+{
+    switch (JT(v)) {
+    case cJSON_Object: return (types & T_OBJECT) != 0;
+    case cJSON_Array: return (types & T_ARRAY) != 0;
+    case cJSON_String: return (types & T_STRING) != 0;
+    case cJSON_Number:
+        if (types & T_NUMBER)
+            return 1;
+        return (types & T_INTEGER) && isfinite(v->valuedouble) &&
+               v->valuedouble == floor(v->valuedouble);
+    case cJSON_True:
+    case cJSON_False: return (types & T_BOOLEAN) != 0;
+    case cJSON_NULL: return (types & T_NULL) != 0;
+    default: return 0;
+    }
+}
+
+/* Keywords that only assert on the instance itself (no subschema). */
+static inline __attribute__((always_inline)) int assert_kw(vctx *c, const node *n, int k,
+                                                            const cJSON *inst)
+{
+    int r;
+    switch (k) {
+    case K_TYPE:
+        r = type_ok(n->types, inst);
+        if (!r)
+            report_type(c, n, inst);
+        return r;
+    case K_ENUM:
+    case K_CONST: return kw_enum_const(c, n, k, inst);
+    /* bounds: the passing case inline, reporting out of line */
+    case K_MAXIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble <= n->maximum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_MINIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble >= n->minimum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_XMAXIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble < n->xmaximum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_XMINIMUM:
+        return (!IS_NUMBER(inst) || inst->valuedouble > n->xminimum) ? 1 : kw_numbers(c, n, k, inst);
+    case K_MULTIPLE_OF: return kw_numbers(c, n, k, inst);
+    case K_MAX_LENGTH:
+    case K_MIN_LENGTH:
+    case K_PATTERN:
+    case K_FORMAT: return IS_STRING(inst) ? kw_strings(c, n, k, inst) : 1;
+    case K_MAX_ITEMS:
+    case K_MIN_ITEMS:
+    case K_MAX_PROPS:
+    case K_MIN_PROPS: return kw_counts(c, n, k, inst);
+    case K_UNIQUE: return kw_unique(c, n, inst);
+    case K_REQUIRED:
+        /* without reporting, kw_props checks required in its pass */
+        return (n->req_in_props && !c->record) ? 1 : kw_required(c, n, inst);
+    case K_DEP_REQUIRED: return kw_dep_required(c, n, inst);
+    case K_CONTENT: return kw_content(c, n, inst);
+    default: return 1;
+    }
+}
+
+
+/* eval() of a child instance: schemas with assertions only are checked
+ * here without a call (most property and item schemas are like that). */
+static inline __attribute__((always_inline)) int eval_child(vctx *c, const node *n,
+                                                             const cJSON *inst)
+{
+    if (n->leaf) {
+        int ok = 1;
+        for (int i = 0; i < n->norder; i++) {
+            int r = assert_kw(c, n, n->order[i], inst);
+            if (r <= 0) {
+                if (r < 0)
+                    return -1;
+                ok = 0;
+                if (!c->record)
+                    return 0;
+            }
+        }
+        return ok;
+    }
+    return eval(c, n, inst, NULL);
+}
+
 NOINLINE static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (!IS_ARRAY(inst))
@@ -2924,8 +3035,8 @@ NOINLINE static int kw_items(vctx *c, const node *n, const cJSON *inst, evset *e
             return 0;
         }
         push_idx(c, i);
-        int r = eval(c, sub, it, NULL);
-        c->npath--;
+        int r = eval_child(c, sub, it);
+        pop_path(c);
         if (r < 0)
             return -1;
         if (r == 0) {
@@ -3055,7 +3166,7 @@ static int unexpected(vctx *c, const node *sub, const cJSON *m, const char *why)
     push_key(c, m->string);
     report(c, sub, NULL, SCHEMA_UNEXPECTED_FIELD, m, NULL, "property \"%s\" is not allowed%s",
            m->string, why);
-    c->npath--;
+    pop_path(c);
     return 0;
 }
 
@@ -3098,8 +3209,8 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                     r = unexpected(c, pe->schema, m, "");
                 } else {
                     push_key(c, m->string);
-                    r = eval(c, pe->schema, m, NULL);
-                    c->npath--;
+                    r = eval_child(c, pe->schema, m);
+                    pop_path(c);
                 }
                 if (r < 0)
                     return -1;
@@ -3115,7 +3226,7 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                 push_key(c, m->string);
                 report(c, n, "patternProperties", SCHEMA_INVALID_VALUE, NULL, NULL,
                        "property name is not valid UTF-8");
-                c->npath--;
+                pop_path(c);
                 return 0;
             }
             for (size_t p = 0; p < n->n_pats; p++) {
@@ -3131,8 +3242,8 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                     r = unexpected(c, n->pats[p].schema, m, "");
                 } else {
                     push_key(c, m->string);
-                    r = eval(c, n->pats[p].schema, m, NULL);
-                    c->npath--;
+                    r = eval_child(c, n->pats[p].schema, m);
+                    pop_path(c);
                 }
                 if (r < 0)
                     return -1;
@@ -3150,8 +3261,8 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                 r = unexpected(c, n->additional, m, "");
             } else {
                 push_key(c, m->string);
-                r = eval(c, n->additional, m, NULL);
-                c->npath--;
+                r = eval_child(c, n->additional, m);
+                pop_path(c);
             }
             if (r < 0)
                 return -1;
@@ -3194,7 +3305,7 @@ NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
                 push_key(c, n->required[i]);
                 report(c, n, "required", SCHEMA_MISSING_FIELD, NULL, str_text(c, n->required[i]),
                        "missing required property \"%s\"", n->required[i]);
-                c->npath--;
+                pop_path(c);
             }
     }
     ev_free(&seen);
@@ -3219,7 +3330,7 @@ NOINLINE static int kw_dep_required(vctx *c, const node *n, const cJSON *inst)
             push_key(c, q->names[i]);
             report(c, n, q->kw, SCHEMA_MISSING_FIELD, NULL, str_text(c, q->names[i]),
                    "missing property \"%s\", required when \"%s\" is present", q->names[i], q->name);
-            c->npath--;
+            pop_path(c);
         }
     }
     return ok;
@@ -3258,7 +3369,7 @@ NOINLINE static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
         size_t mark = c->nrec;
         push_key(c, m->string);
         int r = eval(c, n->property_names, &key, NULL);
-        c->npath--;
+        pop_path(c);
         if (r < 0)
             return -1;
         if (r)
@@ -3608,7 +3719,7 @@ NOINLINE static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, 
             } else {
                 push_key(c, m->string);
                 r = eval(c, n->uneval_props, m, NULL);
-                c->npath--;
+                pop_path(c);
             }
             if (r < 0)
                 return -1;
@@ -3633,7 +3744,7 @@ NOINLINE static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, 
                        "item %zu is not allowed (not evaluated by any other keyword)", i);
         else
             r = eval(c, n->uneval_items, it, NULL);
-        c->npath--;
+        pop_path(c);
         if (r < 0)
             return -1;
         if (!r) {
@@ -3664,73 +3775,6 @@ found:
     return eval(c, target, inst, ev);
 }
 
-COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
-{
-    if (!c->record)
-        return;
-    char list[128];
-    type_list(n->types, list, sizeof list);
-    report(c, n, "type", SCHEMA_WRONG_TYPE, inst, n->type_text, "expected %s, got %s", list,
-           inst_type_name(inst));
-}
-
-static inline int type_ok(int types, const cJSON *v)
-{
-    switch (JT(v)) {
-    case cJSON_Object: return (types & T_OBJECT) != 0;
-    case cJSON_Array: return (types & T_ARRAY) != 0;
-    case cJSON_String: return (types & T_STRING) != 0;
-    case cJSON_Number:
-        if (types & T_NUMBER)
-            return 1;
-        return (types & T_INTEGER) && isfinite(v->valuedouble) &&
-               v->valuedouble == floor(v->valuedouble);
-    case cJSON_True:
-    case cJSON_False: return (types & T_BOOLEAN) != 0;
-    case cJSON_NULL: return (types & T_NULL) != 0;
-    default: return 0;
-    }
-}
-
-/* Keywords that only assert on the instance itself (no subschema). */
-static inline int assert_kw(vctx *c, const node *n, int k, const cJSON *inst)
-{
-    int r;
-    switch (k) {
-    case K_TYPE:
-        r = type_ok(n->types, inst);
-        if (!r)
-            report_type(c, n, inst);
-        return r;
-    case K_ENUM:
-    case K_CONST: return kw_enum_const(c, n, k, inst);
-    /* bounds: the passing case inline, reporting out of line */
-    case K_MAXIMUM:
-        return (!IS_NUMBER(inst) || inst->valuedouble <= n->maximum) ? 1 : kw_numbers(c, n, k, inst);
-    case K_MINIMUM:
-        return (!IS_NUMBER(inst) || inst->valuedouble >= n->minimum) ? 1 : kw_numbers(c, n, k, inst);
-    case K_XMAXIMUM:
-        return (!IS_NUMBER(inst) || inst->valuedouble < n->xmaximum) ? 1 : kw_numbers(c, n, k, inst);
-    case K_XMINIMUM:
-        return (!IS_NUMBER(inst) || inst->valuedouble > n->xminimum) ? 1 : kw_numbers(c, n, k, inst);
-    case K_MULTIPLE_OF: return kw_numbers(c, n, k, inst);
-    case K_MAX_LENGTH:
-    case K_MIN_LENGTH:
-    case K_PATTERN:
-    case K_FORMAT: return IS_STRING(inst) ? kw_strings(c, n, k, inst) : 1;
-    case K_MAX_ITEMS:
-    case K_MIN_ITEMS:
-    case K_MAX_PROPS:
-    case K_MIN_PROPS: return kw_counts(c, n, k, inst);
-    case K_UNIQUE: return kw_unique(c, n, inst);
-    case K_REQUIRED:
-        /* without reporting, kw_props checks required in its pass */
-        return (n->req_in_props && !c->record) ? 1 : kw_required(c, n, inst);
-    case K_DEP_REQUIRED: return kw_dep_required(c, n, inst);
-    case K_CONTENT: return kw_content(c, n, inst);
-    default: return 1;
-    }
-}
 
 static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {

@@ -5,6 +5,7 @@
 #include <pcre2.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,26 @@
 #define REGEX_DEPTH_LIMIT 20000u
 #define REGEX_HEAP_LIMIT_KIB 16384u
 
+/* The built-in matcher: a sequence of ASCII classes with repeat counts. */
+#define SIMPLE_MAX 32
+
+typedef struct simple_el {
+    uint64_t bits[2]; /* ASCII members */
+    int nonascii;     /* any code point >= 0x80 matches (negated classes) */
+    unsigned min, max;
+} simple_el;
+
+typedef struct simple_re {
+    int n;
+    int anchored_end; /* pattern ends with $ */
+    simple_el el[SIMPLE_MAX];
+} simple_re;
+
 struct schema_regex {
     pcre2_code *code;
     char *source;
     int jit; /* JIT-compiled: pcre2_jit_match can be used */
+    simple_re *simple;
 };
 
 /* ECMA-262 WhiteSpace and LineTerminator code points: \t \n \v \f \r, the
@@ -367,6 +384,189 @@ static int translate(const char *pat, int strict, sbuf *b, char *err, size_t err
     return 0;
 }
 
+static void cls_add(simple_el *e, int c)
+{
+    e->bits[c >> 6] |= 1ull << (c & 63);
+}
+
+static void cls_range(simple_el *e, int a, int b)
+{
+    for (int c = a; c <= b; c++)
+        cls_add(e, c);
+}
+
+/* Reads one class item escape (\d \w or an escaped punctuation char) at
+ * p (after the backslash) into e.  Returns 0, or -1 when unsupported. */
+static int simple_escape(simple_el *e, char ch)
+{
+    switch (ch) {
+    case 'd':
+        cls_range(e, '0', '9');
+        return 0;
+    case 'w':
+        cls_range(e, '0', '9');
+        cls_range(e, 'A', 'Z');
+        cls_range(e, 'a', 'z');
+        cls_add(e, '_');
+        return 0;
+    default:
+        if (ch && strchr("^$\\.*+?()[]{}|/-", ch)) {
+            cls_add(e, (unsigned char)ch);
+            return 0;
+        }
+        return -1; /* \s \b \u ... : leave to PCRE2 */
+    }
+}
+
+/* Parses pattern into r; -1 when it is not in the supported subset. */
+static int simple_parse(const char *p, simple_re *r)
+{
+    memset(r, 0, sizeof *r);
+    if (*p++ != '^')
+        return -1;
+    while (*p) {
+        if (*p == '$' && p[1] == '\0') {
+            r->anchored_end = 1;
+            break;
+        }
+        if (r->n == SIMPLE_MAX)
+            return -1;
+        simple_el *e = &r->el[r->n++];
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '[') {
+            p++;
+            int neg = 0;
+            if (*p == '^') {
+                neg = 1;
+                p++;
+            }
+            if (*p == ']')
+                return -1; /* [] and [^] */
+            while (*p && *p != ']') {
+                int lo;
+                if (*p == '\\') {
+                    if (p[1] == 'd' || p[1] == 'w') {
+                        simple_escape(e, p[1]);
+                        p += 2;
+                        continue;
+                    }
+                    if (!p[1] || !strchr("^$\\.*+?()[]{}|/-", p[1]))
+                        return -1;
+                    lo = (unsigned char)p[1];
+                    p += 2;
+                } else {
+                    lo = (unsigned char)*p++;
+                    if (lo >= 0x80 || lo == '[')
+                        return -1;
+                }
+                if (*p == '-' && p[1] && p[1] != ']') {
+                    int hi = (unsigned char)p[1];
+                    if (hi == '\\' || hi >= 0x80 || hi == '[' || hi < lo)
+                        return -1;
+                    cls_range(e, lo, hi);
+                    p += 2;
+                } else {
+                    cls_add(e, lo);
+                }
+            }
+            if (*p != ']')
+                return -1;
+            p++;
+            if (neg) {
+                e->bits[0] = ~e->bits[0];
+                e->bits[1] = ~e->bits[1];
+                e->nonascii = 1;
+            }
+        } else if (ch == '\\') {
+            if (simple_escape(e, p[1]) < 0)
+                return -1;
+            p += 2;
+        } else if (ch >= 0x80 || strchr("^$.*+?()[]{}|", ch)) {
+            return -1;
+        } else {
+            cls_add(e, ch);
+            p++;
+        }
+        e->min = e->max = 1;
+        if (*p == '?' || *p == '*' || *p == '+') {
+            e->min = *p == '+';
+            e->max = *p == '?' ? 1 : UINT32_MAX;
+            p++;
+        } else if (*p == '{') {
+            char *end;
+            if (p[1] < '0' || p[1] > '9')
+                return -1; /* strtoul would skip spaces and signs */
+            unsigned long a = strtoul(p + 1, &end, 10), b = a;
+            if (a > 100000)
+                return -1;
+            if (*end == ',') {
+                if (end[1] == '}') {
+                    b = UINT32_MAX;
+                    end++;
+                } else {
+                    char *e2;
+                    if (end[1] < '0' || end[1] > '9')
+                        return -1;
+                    b = strtoul(end + 1, &e2, 10);
+                    if (e2 == end + 1 || b < a || b > 100000)
+                        return -1;
+                    end = e2;
+                }
+            }
+            if (*end != '}')
+                return -1;
+            e->min = (unsigned)a;
+            e->max = (unsigned)b;
+            p = end + 1;
+        }
+        if (*p == '?' || *p == '+' || *p == '*' || *p == '{')
+            return -1; /* lazy or stacked quantifiers */
+    }
+    /* greedy is exact when no variable-length element can take a character
+     * that what may follow it needs */
+    for (int i = 0; i < r->n; i++) {
+        if (r->el[i].min == r->el[i].max)
+            continue;
+        for (int j = i + 1; j < r->n; j++) {
+            const simple_el *a = &r->el[i], *b = &r->el[j];
+            if ((a->bits[0] & b->bits[0]) || (a->bits[1] & b->bits[1]) ||
+                (a->nonascii && b->nonascii))
+                return -1;
+            if (b->min > 0)
+                break;
+        }
+    }
+    return 0;
+}
+
+static int simple_match(const simple_re *r, const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    for (int k = 0; k < r->n; k++) {
+        const simple_el *e = &r->el[k];
+        unsigned cnt = 0;
+        while (cnt < e->max && i < len) {
+            unsigned char c = s[i];
+            if (c < 0x80) {
+                if (!((e->bits[c >> 6] >> (c & 63)) & 1))
+                    break;
+                i++;
+            } else {
+                if (!e->nonascii)
+                    break;
+                i++; /* one code point: skip its continuation bytes */
+                while (i < len && (s[i] & 0xC0) == 0x80)
+                    i++;
+            }
+            cnt++;
+        }
+        if (cnt < e->min)
+            return 0;
+    }
+    return !r->anchored_end || i == len;
+}
+
 /* Shared, read-only after creation: limits for every match. */
 static pcre2_match_context *g_mctx;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -454,6 +654,14 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
     }
     re->code = code;
     re->jit = jit;
+    if (!(flags & SCHEMA_REGEX_PCRE_ONLY)) {
+        simple_re tmp;
+        if (simple_parse(pattern, &tmp) == 0) {
+            re->simple = malloc(sizeof *re->simple);
+            if (re->simple)
+                *re->simple = tmp;
+        }
+    }
 done:
     free(b.p);
     return re;
@@ -470,11 +678,14 @@ void schema_regex_free(schema_regex *re)
         return;
     pcre2_code_free(re->code);
     free(re->source);
+    free(re->simple);
     free(re);
 }
 
 int schema_regex_match(const schema_regex *re, const char *s, size_t len)
 {
+    if (re->simple)
+        return simple_match(re->simple, s, len);
     pcre2_match_data *md = thread_match_data();
     if (!md)
         return -1;
@@ -490,6 +701,11 @@ int schema_regex_match(const schema_regex *re, const char *s, size_t len)
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
     return -1;
+}
+
+int schema_regex_is_simple(const schema_regex *re)
+{
+    return re->simple != NULL;
 }
 
 const char *schema_regex_source(const schema_regex *re)

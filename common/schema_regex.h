@@ -9,6 +9,11 @@
  * is bounded by match, depth and heap limits: a pathological pattern yields
  * -1 from schema_regex_match instead of hanging.
  *
+ * Simple anchored patterns (ASCII literals and classes with quantifiers,
+ * like ^[A-Z]{2}-[0-9]{4,8}$) are matched by a small built-in matcher when
+ * greedy matching is provably exact for them; everything else runs on
+ * PCRE2 (JIT when available).
+ *
  * A compiled regex is immutable and may be matched from several threads at
  * once (match data is kept per thread and released at thread exit).
  */
@@ -22,6 +27,8 @@ typedef struct schema_regex schema_regex;
 /* Flags for schema_regex_compile. */
 #define SCHEMA_REGEX_STRICT 1 /* reject escapes and groups ECMA-262 (u mode)
                                  does not know, e.g. \a \Z (?i) */
+#define SCHEMA_REGEX_PCRE_ONLY 2 /* never use the built-in matcher for simple
+                                    patterns (for differential tests) */
 
 /* Compiles pattern (NUL-terminated UTF-8).  NULL on error with a message
  * in err. */
@@ -36,6 +43,10 @@ int schema_regex_match(const schema_regex *re, const char *s, size_t len);
 /* The source pattern as given to schema_regex_compile (borrowed, valid
  * while re lives). */
 const char *schema_regex_source(const schema_regex *re);
+
+/* Nonzero when re runs on the built-in matcher rather than PCRE2
+ * (diagnostics and tests). */
+int schema_regex_is_simple(const schema_regex *re);
 
 /* Nonzero when pattern is a valid ECMA-262 regex (format "regex"). */
 int schema_regex_is_valid(const char *pattern);
