@@ -28,7 +28,7 @@ struct kafka_io {
     rd_kafka_message_t *held;   /* taken from the queue while the worker was full */
 };
 
-static void drop_held(kafka_io *k, int rewind);
+static void drop_held(kafka_io *k);
 
 typedef struct conf_ctx {
     rd_kafka_conf_t *conf;
@@ -93,7 +93,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             for (int i = 0; i < parts->cnt; i++)
                 if (parts->elems[i].partition == k->held->partition &&
                     !strcmp(parts->elems[i].topic, rd_kafka_topic_name(k->held->rkt)))
-                    drop_held(k, 0);
+                    drop_held(k);
         }
         if (k->cbs.on_revoke) k->cbs.on_revoke(k->cbs.ud, parts);
         if (cooperative) rd_kafka_incremental_unassign(rk, parts);
@@ -110,18 +110,11 @@ static void drain_pipe(int fd) {
     }
 }
 
-/* Gives back the held message's position (rewinding its partition), for
- * when it will not be offered again soon: a pause, a revoke, the end. */
-static void drop_held(kafka_io *k, int rewind) {
+/* Forgets the held message (its partition was revoked, or the consumer
+ * closes): its offset was never stored, so whoever owns the partition next
+ * receives it again. */
+static void drop_held(kafka_io *k) {
     if (!k->held) return;
-    if (rewind) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-        rd_kafka_topic_partition_list_add(l, rd_kafka_topic_name(k->held->rkt), k->held->partition)->offset =
-            k->held->offset;
-        rd_kafka_error_t *e = rd_kafka_seek_partitions(k->consumer, l, -1);
-        if (e) rd_kafka_error_destroy(e);
-        rd_kafka_topic_partition_list_destroy(l);
-    }
     rd_kafka_message_destroy(k->held);
     k->held = NULL;
 }
@@ -283,7 +276,7 @@ static void poll_close_cb(uv_handle_t *h) {
 void kafka_io_free(kafka_io *k, int timeout_ms) {
     if (!k) return;
     if (k->consumer) {
-        drop_held(k, 0);
+        drop_held(k);
         /* Close commits the stored offsets and leaves the group; it serves
          * the rebalance callback itself. */
         rd_kafka_consumer_close(k->consumer);
@@ -352,7 +345,8 @@ void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset) {
 void kafka_io_pause(kafka_io *k) {
     if (k->paused) return;
     k->paused = 1;
-    drop_held(k, 1);
+    /* A held message stays held: the partition resumes from the position
+     * after it, and kafka_io_poll offers it first. */
     if (k->assignment && k->assignment->cnt) rd_kafka_pause_partitions(k->consumer, k->assignment);
 }
 

@@ -46,7 +46,7 @@ int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char
 void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset);
 
 /* Stop / restart fetching (long stops: Redis down, shutdown); a held
- * message is given back to the partition.  Idempotent. */
+ * message stays held.  Idempotent. */
 void kafka_io_pause(kafka_io *k);
 void kafka_io_resume(kafka_io *k);
 int kafka_io_paused(const kafka_io *k);
