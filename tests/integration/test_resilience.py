@@ -50,15 +50,15 @@ def mixed_jobs(prefix, n, latency=60):
 
 @pytest.mark.slow
 def test_sigkill_during_batch_loses_nothing(stack):
-    inflight = 64
+    inflight = 16
     sup = stack.start_worker("--processes", "2", "--set", "llm.max_inflight=%d" % inflight, name="sup")
     prefix = uid("kill")
-    jobs = mixed_jobs(prefix, 2000)
+    jobs = mixed_jobs(prefix, 2000, latency=300)
     ids = [j["job_id"] for j in jobs]
     stack.produce_jobs(jobs)
     kills = 0
-    deadline = time.time() + 40
-    time.sleep(5)
+    deadline = time.time() + 60
+    time.sleep(4)
     while time.time() < deadline and kills < 6:
         done = {m["value"]["job_id"] for m in stack.outcomes()}
         if len(done & set(ids)) > 1800:
@@ -67,7 +67,7 @@ def test_sigkill_during_batch_loses_nothing(stack):
         if kids:
             os.kill(kids[kills % len(kids)], signal.SIGKILL)
             kills += 1
-        time.sleep(4)
+        time.sleep(3)
     assert kills >= 2
     check_exactly_once(stack, ids)
     # no (job, attempt) reached the LLM twice, except attempts in flight at a kill
