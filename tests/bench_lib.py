@@ -149,6 +149,19 @@ def job_doc(job_id, i, directive=None):
 
 # -- statistics -----------------------------------------------------------------
 
+def slope(points):
+    """Least-squares slope of y over x, or None."""
+    if len(points) < 3:
+        return None
+    n = float(len(points))
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if not sxx:
+        return None
+    return sum((x - mx) * (y - my) for x, y in points) / sxx
+
+
 def percentile(values, p):
     if not values:
         return None
@@ -256,6 +269,21 @@ class BenchStack(Stack):
         self.done = set()
         self.phase_done = 0
 
+    def start_worker(self, *args, name=None):
+        """Stack.start_worker, with BENCH_WORKER=/path/to/retort to measure
+        another build of the worker (an A/B comparison)."""
+        binary = os.environ.get("BENCH_WORKER")
+        if not binary:
+            return super().start_worker(*args, name=name)
+        name = name or "w%d" % len(self.workers)
+        log = open(os.path.join(self.dir, name + ".log"), "ab")
+        p = subprocess.Popen(
+            [binary, "worker", "-c", self.config_path, "--set", "worker.id=%s" % name] + list(args),
+            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret"))
+        p.name = name
+        self.workers.append(p)
+        return p
+
     def start_tails(self):
         for topic in ("retort.final", "retort.escalations"):
             self.tails.append(Tail(self.bootstrap, topic, os.path.join(self.dir, topic + ".tail")))
@@ -358,25 +386,56 @@ class BenchStack(Stack):
         super().close()
 
 
+def read_gauges(url):
+    """The worker's /metrics (Prometheus text) as {name: value} for
+    unlabelled samples."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "{" in line:
+            continue
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
 class Sampler(threading.Thread):
     """Samples the worker's RSS (and the mock's held calls when asked)
     while a phase runs."""
 
-    def __init__(self, stack, pid, llm_every=0.0, period=0.2):
+    def __init__(self, stack, pid, llm_every=0.0, period=0.2, metrics_url=None):
         super().__init__(daemon=True)
         self.stack, self.pid, self.llm_every, self.period = stack, pid, llm_every, period
+        self.metrics_url = metrics_url
+        self.gauges = []          # (time, retort_inflight_jobs, retort_consumer_lag_messages)
         self.stop_ev = threading.Event()
         self.rss_max_kb = 0
         self.suspended_max = 0
         self.fds_max = 0
         self.threads_max = 0
+        self.rss_by_done = []     # (jobs done so far, RSS kB)
 
     def run(self):
         next_llm = 0.0
         while not self.stop_ev.is_set():
-            self.rss_max_kb = max(self.rss_max_kb, proc_status_kb(self.pid, "VmRSS"))
+            rss = proc_status_kb(self.pid, "VmRSS")
+            self.rss_max_kb = max(self.rss_max_kb, rss)
+            self.rss_by_done.append((self.stack.phase_done, rss))
             self.threads_max = max(self.threads_max, proc_threads(self.pid))
             now = time.time()
+            if self.metrics_url:
+                g = read_gauges(self.metrics_url)
+                if g:
+                    self.gauges.append((now, g.get("retort_inflight_jobs", 0),
+                                        g.get("retort_consumer_lag_messages", 0)))
             if self.llm_every and now >= next_llm:
                 next_llm = now + self.llm_every
                 self.fds_max = max(self.fds_max, proc_fds(self.pid))
