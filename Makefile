@@ -9,7 +9,7 @@ CPPFLAGS_ALL := -std=gnu11 -D_GNU_SOURCE -Icommon -Iworker
 DEB_PKGS := build-essential pkg-config librdkafka-dev libhiredis-dev \
 	libcurl4-openssl-dev libuv1-dev libcjson-dev libpcre2-dev \
 	libmicrohttpd-dev redis-server kcat libcmocka-dev python3-pytest \
-	python3-kafka python3-redis python3-jsonschema docker-compose clang libclang-rt-14-dev
+	python3-kafka python3-redis python3-jsonschema python3-fastjsonschema docker-compose clang libclang-rt-14-dev
 
 COMMON_PKGS := libcjson libpcre2-8
 WORKER_PKGS := rdkafka libcurl libuv hiredis libcjson libpcre2-8
@@ -90,8 +90,23 @@ integration-asan: all $(ASAN_BUILD)/retort
 $(BUILD)/bench-schema: $(BUILD)/tests/bench_schema.o $(BUILD)/libretort_common.a
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm -lpthread
 
-bench-schema: $(BUILD)/bench-schema
-	./$(BUILD)/bench-schema 1
+# ajv + ajv-formats for the validation benchmark, into $(BUILD)/npm.  Never
+# fails: without node/npm or the registry, ajv is reported as skipped.
+.PHONY: bench-npm
+bench-npm:
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "node/npm not found: ajv will be skipped"; \
+	elif [ ! -f $(BUILD)/npm/node_modules/ajv/package.json ] || \
+	     [ ! -f $(BUILD)/npm/node_modules/ajv-formats/package.json ]; then \
+	  mkdir -p $(BUILD)/npm; echo "npm install ajv@8 ajv-formats@3 into $(BUILD)/npm"; \
+	  timeout 300 npm install --prefix $(BUILD)/npm --no-audit --no-fund --loglevel=error \
+	    ajv@8 ajv-formats@3 >$(BUILD)/npm/install.log 2>&1 || \
+	  echo "npm install failed (see $(BUILD)/npm/install.log): ajv will be skipped"; \
+	fi
+
+# Retort's validator vs jsonschema, fastjsonschema and ajv on the same input.
+bench-schema: $(BUILD)/bench-schema bench-npm
+	BENCH_SCHEMA_BIN=$(BUILD)/bench-schema AJV_NPM_DIR=$(BUILD)/npm $(PY) tests/bench_validators.py
 
 # libFuzzer over parse + compile + validate, for a bounded time.
 FUZZ_CC ?= clang
@@ -138,6 +153,7 @@ demo: deps all
 
 bench: deps all
 	$(PY) tests/bench.py
+	$(MAKE) --no-print-directory bench-schema
 
 clean:
 	rm -rf $(BUILD)

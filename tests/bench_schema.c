@@ -1,15 +1,37 @@
 /* bench_schema.c - throughput of schema.c on a realistic LLM output schema.
  *
- * usage: bench-schema [SECONDS_PER_CASE]   (default 1.0)
+ * usage: bench-schema [--format-assert] [SECONDS_PER_CASE]   (default 1.0)
+ *        bench-schema --dump DIR
  *
  * The schema (about 30 properties, nested objects, arrays of objects,
  * enums, patterns, formats, $refs) and the instances are built in.  Prints
  * one JSON line:
  *   {"compile_us":..,"valid_ns":..,"valid_per_s":..,"valid_report_ns":..,
- *    "invalid_ns":..,"invalid_report_ns":..,"invalid_violations":..,
- *    "uneval_ns":..}
+ *    "invalid_ns":..,"invalid_per_s":..,"invalid_report_ns":..,
+ *    "invalid_report_per_s":..,"invalid_violations":..,
+ *    "invalid_violations_total":..,"uneval_ns":..,"format_assert":0|1}
  * valid_ns / invalid_ns: schema_validate(..., NULL); *_report_ns: with a
  * violations list (what the worker does for a repair prompt).
+ * compile_us: schema_compile(NULL, doc, opts) on the parsed document.
+ * --format-assert: compile with format_assert = 1; by default `format` is
+ * an annotation (the 2020-12 default, and the worker's unless the config
+ * sets schemas.format_assert).
+ *
+ * --dump DIR writes the built-in schema and instances to DIR, so that
+ * other validators (tests/bench_validators.py) measure the same input:
+ *   schema.json        the schema as built in (draft 2020-12)
+ *   schema-draft7.json the same with "$schema" set to draft-07, for
+ *                      validators without 2020-12.  Nothing else changes:
+ *                      the schema uses no 2020-12-only keyword but $defs,
+ *                      only ever reached by "$ref":"#/$defs/..." JSON
+ *                      pointers, which resolve the same in draft-07; no
+ *                      $ref has siblings (ignored in draft-07), `items` is
+ *                      always a schema, and `format` is an annotation in
+ *                      both.  The dump checks this: Retort must give the
+ *                      same answers and violation counts for both files.
+ *   valid.json, invalid.json
+ * and prints one JSON line {"dir":..,"files":[..],"draft7_same":true,
+ * "invalid_errors":["PATH KEYWORD",..]} (Retort's report on invalid.json).
  */
 #include "schema.h"
 
@@ -127,7 +149,7 @@ static double now(void)
 
 /* ns per call of schema_validate, over about `secs` seconds */
 static double time_validate(const schema *s, const cJSON *inst, int report, double secs, int want,
-                            size_t *nviol)
+                            size_t *nviol, size_t *nviol_total)
 {
     long iters = 0;
     double t0 = now(), t;
@@ -141,6 +163,8 @@ static double time_validate(const schema *s, const cJSON *inst, int report, doub
             }
             if (nviol)
                 *nviol = v.count;
+            if (nviol_total)
+                *nviol_total = v.total;
             schema_violations_clear(&v);
         }
         iters += 1000;
@@ -149,11 +173,11 @@ static double time_validate(const schema *s, const cJSON *inst, int report, doub
     return t * 1e9 / (double)iters;
 }
 
-static schema *compile_or_die(const char *text, cJSON **doc_out)
+static schema *compile_or_die(const char *text, const schema_options *opts, cJSON **doc_out)
 {
     cJSON *doc = cJSON_Parse(text);
     char err[256];
-    schema *s = doc ? schema_compile(NULL, doc, NULL, err, sizeof err) : NULL;
+    schema *s = doc ? schema_compile(NULL, doc, opts, err, sizeof err) : NULL;
     if (!s) {
         fprintf(stderr, "bench: compile failed: %s\n", doc ? err : "bad JSON");
         exit(1);
@@ -165,19 +189,132 @@ static schema *compile_or_die(const char *text, cJSON **doc_out)
     return s;
 }
 
+/* 0 = ok; text gets a trailing newline */
+static int write_file(const char *dir, const char *name, const char *text)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
+        fprintf(stderr, "bench: path too long: %s/%s\n", dir, name);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return -1;
+    }
+    int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
+    if (fclose(f) != 0 || bad) {
+        perror(path);
+        return -1;
+    }
+    return 0;
+}
+
+/* result of schema_validate and the number of violations (full report);
+ * when list is not NULL, appends "PATH KEYWORD" for each violation to it */
+static void check_one(const schema *s, const char *inst_text, int *result, size_t *count,
+                      cJSON *list)
+{
+    cJSON *inst = cJSON_Parse(inst_text);
+    schema_violations v = { 0 };
+    *result = inst ? schema_validate(s, inst, &v) : -1;
+    *count = v.total;
+    for (size_t i = 0; list && i < v.count; i++) {
+        const char *kw = strrchr(v.items[i].keyword_location, '/');
+        char line[512];
+        snprintf(line, sizeof line, "%s %s", v.items[i].path, kw ? kw + 1 : v.items[i].keyword_location);
+        cJSON_AddItemToArray(list, cJSON_CreateString(line));
+    }
+    schema_violations_clear(&v);
+    cJSON_Delete(inst);
+}
+
+/* --dump DIR; see the top of the file.  Returns the exit status. */
+static int dump(const char *dir)
+{
+    int rc = 1, same = 1;
+    cJSON *d7 = cJSON_Parse(SCHEMA), *jdir = NULL, *errs = cJSON_CreateArray();
+    char *d7_text = NULL, *jdir_text = NULL, *errs_text = NULL;
+    schema *s20 = NULL, *s7 = NULL;
+    const char *const insts[] = { VALID, INVALID };
+    if (!d7 || !errs || !cJSON_ReplaceItemInObjectCaseSensitive(
+                   d7, "$schema", cJSON_CreateString("http://json-schema.org/draft-07/schema#"))) {
+        fprintf(stderr, "bench: cannot make the draft-07 schema\n");
+        goto done;
+    }
+    d7_text = cJSON_PrintUnformatted(d7);
+    if (!d7_text)
+        goto done;
+    s20 = compile_or_die(SCHEMA, NULL, NULL);
+    s7 = compile_or_die(d7_text, NULL, NULL);
+    /* The draft-07 file is only a fair stand-in if it means the same. */
+    for (size_t i = 0; i < 2; i++) {
+        int r20, r7;
+        size_t n20, n7;
+        check_one(s20, insts[i], &r20, &n20, i ? errs : NULL);
+        check_one(s7, insts[i], &r7, &n7, NULL);
+        if (r20 != r7 || n20 != n7) {
+            fprintf(stderr, "bench: draft-07 variant differs on %s: %d/%zu vs %d/%zu\n",
+                    i ? "invalid" : "valid", r20, n20, r7, n7);
+            same = 0;
+        }
+    }
+    if (write_file(dir, "schema.json", SCHEMA) || write_file(dir, "schema-draft7.json", d7_text) ||
+        write_file(dir, "valid.json", VALID) || write_file(dir, "invalid.json", INVALID))
+        goto done;
+    jdir = cJSON_CreateString(dir);
+    jdir_text = jdir ? cJSON_PrintUnformatted(jdir) : NULL;
+    errs_text = cJSON_PrintUnformatted(errs);
+    printf("{\"dir\":%s,\"files\":[\"schema.json\",\"schema-draft7.json\",\"valid.json\",\"invalid.json\"],"
+           "\"draft7_same\":%s,\"invalid_errors\":%s}\n", jdir_text ? jdir_text : "null",
+           same ? "true" : "false", errs_text ? errs_text : "null");
+    rc = same ? 0 : 1;
+done:
+    cJSON_free(errs_text);
+    cJSON_Delete(errs);
+    cJSON_free(jdir_text);
+    cJSON_Delete(jdir);
+    schema_free(s7);
+    schema_free(s20);
+    cJSON_free(d7_text);
+    cJSON_Delete(d7);
+    return rc;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: bench-schema [--format-assert] [SECONDS_PER_CASE]\n"
+                    "       bench-schema --dump DIR\n");
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
-    double secs = argc > 1 ? atof(argv[1]) : 1.0;
+    double secs = 1.0;
+    schema_options opts = { 0 };
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--dump") == 0) {
+            if (i + 1 >= argc)
+                return usage();
+            return dump(argv[i + 1]);
+        } else if (strcmp(argv[i], "--format-assert") == 0) {
+            opts.format_assert = 1;
+        } else if (argv[i][0] == '-') {
+            return usage();
+        } else {
+            secs = atof(argv[i]);
+        }
+    }
     if (secs <= 0)
         secs = 1.0;
     cJSON *doc = NULL;
-    schema *s = compile_or_die(SCHEMA, &doc);
+    schema *s = compile_or_die(SCHEMA, &opts, &doc);
     /* compile time */
     long n = 0;
     double t0 = now(), t;
     do {
         char err[256];
-        schema *x = schema_compile(NULL, doc, NULL, err, sizeof err);
+        schema *x = schema_compile(NULL, doc, &opts, err, sizeof err);
         schema_free(x);
         n++;
         t = now() - t0;
@@ -189,20 +326,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: bad instance JSON\n");
         return 1;
     }
-    size_t nviol = 0;
-    double v_ns = time_validate(s, valid, 0, secs, 0, NULL);
-    double vr_ns = time_validate(s, valid, 1, secs, 0, NULL);
-    double i_ns = time_validate(s, invalid, 0, secs, 1, NULL);
-    double ir_ns = time_validate(s, invalid, 1, secs, 1, &nviol);
+    size_t nviol = 0, nviol_total = 0;
+    double v_ns = time_validate(s, valid, 0, secs, 0, NULL, NULL);
+    double vr_ns = time_validate(s, valid, 1, secs, 0, NULL, NULL);
+    double i_ns = time_validate(s, invalid, 0, secs, 1, NULL, NULL);
+    double ir_ns = time_validate(s, invalid, 1, secs, 1, &nviol, &nviol_total);
 
-    schema *u = compile_or_die(UNEVAL_SCHEMA, NULL);
+    schema *u = compile_or_die(UNEVAL_SCHEMA, NULL, NULL);
     cJSON *uinst = cJSON_Parse(UNEVAL_INST);
-    double u_ns = time_validate(u, uinst, 0, secs / 2, 0, NULL);
+    double u_ns = time_validate(u, uinst, 0, secs / 2, 0, NULL, NULL);
 
     printf("{\"compile_us\":%.1f,\"valid_ns\":%.0f,\"valid_per_s\":%.0f,\"valid_report_ns\":%.0f,"
-           "\"invalid_ns\":%.0f,\"invalid_report_ns\":%.0f,\"invalid_violations\":%zu,"
-           "\"uneval_ns\":%.0f}\n",
-           compile_us, v_ns, 1e9 / v_ns, vr_ns, i_ns, ir_ns, nviol, u_ns);
+           "\"invalid_ns\":%.0f,\"invalid_per_s\":%.0f,\"invalid_report_ns\":%.0f,"
+           "\"invalid_report_per_s\":%.0f,\"invalid_violations\":%zu,"
+           "\"invalid_violations_total\":%zu,\"uneval_ns\":%.0f,\"format_assert\":%d}\n",
+           compile_us, v_ns, 1e9 / v_ns, vr_ns, i_ns, 1e9 / i_ns, ir_ns, 1e9 / ir_ns, nviol,
+           nviol_total, u_ns, opts.format_assert);
     cJSON_Delete(uinst);
     schema_free(u);
     cJSON_Delete(valid);
