@@ -148,15 +148,55 @@ int sbuf_append(sbuf *b, const char *s, size_t len) {
 int sbuf_puts(sbuf *b, const char *s) { return sbuf_append(b, s, strlen(s)); }
 
 int sbuf_printf(sbuf *b, const char *fmt, ...) {
+    /* Print into the room there is first: one pass in the common case. */
+    if (sbuf_reserve(b, 64)) return -1;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
     va_end(ap);
-    if (n < 0 || sbuf_reserve(b, (size_t)n)) return -1;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
+    if (n < 0) return -1;
+    if ((size_t)n >= b->cap - b->len) {
+        if (sbuf_reserve(b, (size_t)n)) {
+            b->data[b->len] = '\0';
+            return -1;
+        }
+        va_start(ap, fmt);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
+    return 0;
+}
+
+int sbuf_json_string(sbuf *b, const char *s, size_t len) {
+    static const char hex[] = "0123456789abcdef";
+    /* Worst case every byte becomes \u00XX. */
+    if (sbuf_reserve(b, len * 6 + 2)) return -1;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        default:
+            *o++ = 'u'; *o++ = '0'; *o++ = '0';
+            *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+        }
+    }
+    *o++ = '"';
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
     return 0;
 }
 

@@ -35,6 +35,9 @@ typedef struct sbuf {
 int sbuf_append(sbuf *b, const char *s, size_t len);  /* 0 = ok */
 int sbuf_puts(sbuf *b, const char *s);
 int sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s[0..len) as a quoted JSON string (UTF-8 passes through; quotes,
+ * backslashes and control characters are escaped). */
+int sbuf_json_string(sbuf *b, const char *s, size_t len);
 void sbuf_free(sbuf *b);
 /* Returns the buffer (taken by the caller) and resets b. */
 char *sbuf_take(sbuf *b);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 int llm_api_provider_parse(const char *s, llm_provider *out) {
     if (!strcmp(s, "openai")) *out = LLM_PROVIDER_OPENAI;
     else if (!strcmp(s, "anthropic")) *out = LLM_PROVIDER_ANTHROPIC;
@@ -58,12 +60,14 @@ static int strict_walk(const cJSON *s, int depth) {
 
 int llm_api_schema_is_strict(const cJSON *schema) { return strict_walk(schema, 0); }
 
+static int param_skipped(const char *name) {
+    return !name || !strcmp(name, "model") || !strcmp(name, "messages") || !strcmp(name, "stream");
+}
+
 static void merge_params(cJSON *body, const cJSON *params, int anthropic) {
     const cJSON *p;
     cJSON_ArrayForEach(p, params) {
-        if (!p->string || !strcmp(p->string, "model") || !strcmp(p->string, "messages") ||
-            !strcmp(p->string, "stream"))
-            continue;
+        if (param_skipped(p->string)) continue;
         const char *name = p->string;
         /* max_completion_tokens is OpenAI's newer spelling; Anthropic only
          * knows max_tokens. */
@@ -81,25 +85,56 @@ static void schema_name_copy(char *dst, size_t len, const char *src) {
     if (!i) snprintf(dst, len, "output");
 }
 
+/* Appends a printed cJSON value. */
+static int append_json(sbuf *b, const cJSON *v) {
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s) return -1;
+    int rc = sbuf_puts(b, s);
+    free(s);
+    return rc;
+}
+
+/* The body is written as text rather than built as a cJSON tree: the
+ * schema (the largest part) is printed once per schema by the caller
+ * (schema_json), not duplicated and printed again on every call. */
 static char *build_openai(const llm_api_request *req) {
-    cJSON *body = cJSON_CreateObject();
-    cJSON_AddStringToObject(body, "model", req->model);
-    cJSON_AddItemToObject(body, "messages", cJSON_Duplicate(req->messages, 1));
-    if (req->schema && llm_api_sends_schema(req->provider, req->response_format)) {
+    sbuf b = {0};
+    char *schema_owned = NULL;
+    char *out = NULL;
+    int with_rf = req->schema && llm_api_sends_schema(req->provider, req->response_format) &&
+                  !cJSON_GetObjectItemCaseSensitive(req->params, "response_format");
+    if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model)) ||
+        sbuf_puts(&b, ",\"messages\":") || append_json(&b, req->messages))
+        goto cleanup;
+    if (with_rf) {
+        const char *schema_json = req->schema_json;
+        int strict = req->schema_strict;
+        if (!schema_json) {
+            schema_json = schema_owned = cJSON_PrintUnformatted(req->schema);
+            strict = llm_api_schema_is_strict(req->schema);
+            if (!schema_json) goto cleanup;
+        }
+        if (req->response_format == LLM_RF_ON) strict = 1;
         char name[72];
         schema_name_copy(name, sizeof(name), req->schema_name);
-        cJSON *rf = cJSON_AddObjectToObject(body, "response_format");
-        cJSON_AddStringToObject(rf, "type", "json_schema");
-        cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
-        cJSON_AddStringToObject(js, "name", name);
-        cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(req->schema, 1));
-        int strict = req->response_format == LLM_RF_ON || llm_api_schema_is_strict(req->schema);
-        cJSON_AddBoolToObject(js, "strict", strict);
+        if (sbuf_puts(&b, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"") ||
+            sbuf_puts(&b, name) || sbuf_puts(&b, "\",\"schema\":") || sbuf_puts(&b, schema_json) ||
+            sbuf_puts(&b, strict ? ",\"strict\":true}}" : ",\"strict\":false}}"))
+            goto cleanup;
     }
-    merge_params(body, req->params, 0);
-    char *s = cJSON_PrintUnformatted(body);
-    cJSON_Delete(body);
-    return s;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, req->params) {
+        if (param_skipped(p->string)) continue;
+        if (sbuf_puts(&b, ",") || sbuf_json_string(&b, p->string, strlen(p->string)) || sbuf_puts(&b, ":") ||
+            append_json(&b, p))
+            goto cleanup;
+    }
+    if (sbuf_puts(&b, "}")) goto cleanup;
+    out = sbuf_take(&b);
+cleanup:
+    sbuf_free(&b);
+    free(schema_owned);
+    return out;
 }
 
 static char *build_anthropic(const llm_api_request *req) {

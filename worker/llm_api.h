@@ -24,6 +24,10 @@ typedef struct llm_api_request {
     const char *schema_name;    /* [a-zA-Z0-9_-]; others become '_' */
     llm_response_format response_format;
     int default_max_tokens;     /* used when params set none (Anthropic requires it) */
+    /* The schema printed unformatted and llm_api_schema_is_strict() of it,
+     * worked out once per schema by the caller; NULL: done here per call. */
+    const char *schema_json;
+    int schema_strict;
 } llm_api_request;
 
 /* Returns the JSON body (malloc'd, taken by the caller) or NULL on OOM. */

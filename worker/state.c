@@ -72,8 +72,9 @@ static const char script_finish[] =
     "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
     "redis.call('EXPIRE', KEYS[2], ARGV[6])\n"
     "local r = {'ok', ARGV[3], att, 0, 0}\n"
-    "if ARGV[3] ~= 'retrying' then\n"
-    "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
+    "-- the records before this attempt's (the caller has its own)\n"
+    "if ARGV[3] ~= 'retrying' and att > 1 then\n"
+    "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -2)) do r[#r + 1] = v end\n"
     "end\n"
     "return r\n";
 

@@ -39,7 +39,8 @@ typedef struct out_schema {
     char *name;
     schema *compiled;
     cJSON *doc;
-    char *text;
+    char *text;         /* doc printed unformatted, for prompts and request bodies */
+    int strict;         /* llm_api_schema_is_strict(doc) */
     int max_attempts;   /* "x-retort": {"max_attempts": N}; 0: none */
     rules *rules;       /* "x-retort": {"rules": [...]}; NULL: none */
 } out_schema;
@@ -91,6 +92,7 @@ typedef struct wjob {
     char *text;
     cJSON *value;
     cJSON *violations;
+    cJSON *rec;              /* this attempt's record; refers to value and violations */
     /* what gets produced */
     event_type ev_type;
     const char *ev_topic;
@@ -243,6 +245,7 @@ static void wjob_close_cb(uv_handle_t *h) {
     schema_free(j->inline_compiled);
     free(j->inline_text);
     free(j->text);
+    cJSON_Delete(j->rec);
     cJSON_Delete(j->value);
     cJSON_Delete(j->violations);
     free(j->ev_value);
@@ -441,13 +444,21 @@ static void on_finish(void *ud, const state_reply *r) {
         const char *out = j->text ? j->text : "";
         build_retry(j, j->job.attempt, j->reason, j->violations, out);
     } else {
-        build_from_history(j, j->action == DECIDE_FINAL ? "final" : "escalated", r->history);
+        /* The records before this attempt (from Redis) and this one's. */
+        cJSON *history = cJSON_CreateArray();
+        const cJSON *rec;
+        cJSON_ArrayForEach(rec, r->history) cJSON_AddItemReferenceToArray(history, (cJSON *)rec);
+        cJSON_AddItemReferenceToArray(history, j->rec);
+        build_from_history(j, j->action == DECIDE_FINAL ? "final" : "escalated", history);
+        cJSON_Delete(history);
     }
     log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
     produce_outcome(j);
 }
 
-static char *attempt_record(wjob *j) {
+/* References j->value and j->violations rather than copying them: the
+ * record lives no longer than the job. */
+static cJSON *attempt_record(wjob *j) {
     worker *w = j->w;
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddNumberToObject(rec, "attempt", j->job.attempt);
@@ -459,15 +470,18 @@ static char *attempt_record(wjob *j) {
     cJSON_AddStringToObject(rec, "decision", j->action == DECIDE_FINAL ? "final"
                                              : j->action == DECIDE_RETRY ? "retry" : "escalate");
     cJSON_AddStringToObject(rec, "reason", j->reason);
-    if (j->text) {
+    if (j->text && strlen(j->text) <= OUTPUT_RECORD_CAP) {
+        cJSON_AddStringToObject(rec, "output", j->text);
+    } else if (j->text) {
         char *capped = capped_copy(j->text, OUTPUT_RECORD_CAP);
         cJSON_AddStringToObject(rec, "output", capped ? capped : "");
         free(capped);
     } else {
         cJSON_AddNullToObject(rec, "output");
     }
-    if (j->value) cJSON_AddItemToObject(rec, "value", cJSON_Duplicate(j->value, 1));
-    cJSON_AddItemToObject(rec, "violations", j->violations ? cJSON_Duplicate(j->violations, 1) : cJSON_CreateArray());
+    if (j->value) cJSON_AddItemReferenceToObject(rec, "value", j->value);
+    if (j->violations) cJSON_AddItemReferenceToObject(rec, "violations", j->violations);
+    else cJSON_AddItemToObject(rec, "violations", cJSON_CreateArray());
     cJSON *u = cJSON_AddObjectToObject(rec, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", j->ptoks);
     cJSON_AddNumberToObject(u, "completion_tokens", j->ctoks);
@@ -485,9 +499,7 @@ static char *attempt_record(wjob *j) {
     cJSON_AddStringToObject(rec, "started_at", ts);
     util_rfc3339(util_wall_ms(), ts, sizeof(ts));
     cJSON_AddStringToObject(rec, "finished_at", ts);
-    char *s = cJSON_PrintUnformatted(rec);
-    cJSON_Delete(rec);
-    return s;
+    return rec;
 }
 
 static void record_attempt(wjob *j) {
@@ -500,7 +512,9 @@ static void record_attempt(wjob *j) {
         const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
         if (cJSON_IsString(code)) metrics_violation(&w->m, code->valuestring);
     }
-    char *rec = attempt_record(j);
+    cJSON_Delete(j->rec);
+    j->rec = attempt_record(j);
+    char *rec = j->rec ? cJSON_PrintUnformatted(j->rec) : NULL;
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
     if (!rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, rec, j->ptoks,
@@ -778,7 +792,8 @@ static void call_llm(wjob *j) {
     int sends = llm_api_sends_schema(w->provider, w->rf);
     cJSON *msgs = job_messages(&j->job, sends ? NULL : j->schema_text);
     llm_api_request req = {w->provider, j->model, msgs, j->job.params, j->schema_doc,
-                           j->schema_name, w->rf, w->max_tokens};
+                           j->schema_name, w->rf, w->max_tokens, j->schema_text,
+                           j->os ? j->os->strict : llm_api_schema_is_strict(j->schema_doc)};
     free(j->body);
     j->body = llm_api_build_body(&req);
     cJSON_Delete(msgs);
@@ -1144,6 +1159,7 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         /* Retort's own settings stay out of what the model is sent. */
         cJSON *xr = cJSON_DetachItemFromObjectCaseSensitive(sd, "x-retort");
         os->text = cJSON_PrintUnformatted(sd);
+        os->strict = llm_api_schema_is_strict(sd);
         const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
         os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;
         const cJSON *xrules = cJSON_GetObjectItemCaseSensitive(xr, "rules");

@@ -112,10 +112,15 @@ static void test_build_bodies(void **s) {
                                 "\"required\":[\"a\"],\"additionalProperties\":false}");
     cJSON *msgs = cJSON_Parse("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"}]");
     cJSON *params = cJSON_Parse("{\"temperature\":0.2,\"max_tokens\":50}");
-    llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", msgs, params, sch, "product.v1", LLM_RF_AUTO, 1024};
+    llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", msgs, params, sch, "product.v1", LLM_RF_AUTO, 1024,
+                           NULL, 0};
     char *body = llm_api_build_body(&req);
     cJSON *b = cJSON_Parse(body);
+    assert_non_null(b);
     assert_string_equal(cJSON_GetObjectItem(b, "model")->valuestring, "m1");
+    assert_true(cJSON_Compare(cJSON_GetObjectItem(b, "messages"), msgs, 1));
+    assert_true(cJSON_Compare(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "response_format"),
+                                                                      "json_schema"), "schema"), sch, 1));
     cJSON *js = cJSON_GetObjectItem(cJSON_GetObjectItem(b, "response_format"), "json_schema");
     assert_non_null(js);
     assert_string_equal(cJSON_GetObjectItem(js, "name")->valuestring, "product_v1");
@@ -123,6 +128,41 @@ static void test_build_bodies(void **s) {
     assert_int_equal(cJSON_GetObjectItem(b, "max_tokens")->valueint, 50);
     cJSON_Delete(b);
     free(body);
+    /* The schema pre-printed by the caller goes in as given, with the
+     * caller's strictness; the model name is escaped; stream never passes. */
+    char *printed = cJSON_PrintUnformatted(sch);
+    cJSON *params2 = cJSON_Parse("{\"stream\":true,\"seed\":7}");
+    req.schema_json = printed;
+    req.schema_strict = 0;
+    req.model = "m\"1\\\n\x01";
+    req.params = params2;
+    body = llm_api_build_body(&req);
+    b = cJSON_Parse(body);
+    assert_non_null(b);
+    assert_string_equal(cJSON_GetObjectItem(b, "model")->valuestring, "m\"1\\\n\x01");
+    js = cJSON_GetObjectItem(cJSON_GetObjectItem(b, "response_format"), "json_schema");
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(js, "strict")));
+    assert_true(cJSON_Compare(cJSON_GetObjectItem(js, "schema"), sch, 1));
+    assert_null(cJSON_GetObjectItem(b, "stream"));
+    assert_int_equal(cJSON_GetObjectItem(b, "seed")->valueint, 7);
+    cJSON_Delete(b);
+    free(body);
+    /* a response_format among the params replaces Retort's */
+    cJSON *params3 = cJSON_Parse("{\"response_format\":{\"type\":\"json_object\"}}");
+    req.params = params3;
+    body = llm_api_build_body(&req);
+    b = cJSON_Parse(body);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "response_format"), "type")->valuestring,
+                        "json_object");
+    assert_int_equal(cJSON_GetArraySize(b), 3);
+    cJSON_Delete(b);
+    free(body);
+    cJSON_Delete(params2);
+    cJSON_Delete(params3);
+    free(printed);
+    req.schema_json = NULL;
+    req.model = "m1";
+    req.params = params;
     /* off: no response_format */
     req.response_format = LLM_RF_OFF;
     body = llm_api_build_body(&req);
