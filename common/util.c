@@ -21,11 +21,36 @@ int64_t util_wall_ms(void) {
 }
 
 void util_rfc3339(int64_t wall_ms, char *buf, size_t len) {
-    time_t secs = (time_t)(wall_ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (n && n < len) snprintf(buf + n, len - n, ".%03dZ", (int)(wall_ms % 1000));
+    /* Several stamps a job, mostly within the same second: the date and
+     * time part is formatted once a second (per thread). */
+    static __thread int64_t cached_secs = -1;
+    static __thread char cached[24];
+    static __thread size_t cached_len;
+    int64_t secs = wall_ms / 1000;
+    int ms = (int)(wall_ms % 1000);
+    if (wall_ms < 0) {
+        secs--;
+        ms += 1000;
+    }
+    if (secs != cached_secs) {
+        time_t t = (time_t)secs;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        cached_len = strftime(cached, sizeof(cached), "%Y-%m-%dT%H:%M:%S", &tm);
+        cached_secs = cached_len ? secs : -1;
+    }
+    if (len < cached_len + 6) {
+        if (len) buf[0] = '\0';
+        return;
+    }
+    memcpy(buf, cached, cached_len);
+    char *p = buf + cached_len;
+    *p++ = '.';
+    *p++ = (char)('0' + ms / 100);
+    *p++ = (char)('0' + ms / 10 % 10);
+    *p++ = (char)('0' + ms % 10);
+    *p++ = 'Z';
+    *p = '\0';
 }
 
 int util_parse_rfc3339(const char *s, int64_t *wall_ms) {

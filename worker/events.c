@@ -62,7 +62,8 @@ static void add_common(cJSON *ev, const job *j, const char *schema_name, const c
     cJSON_AddNumberToObject(ev, "attempt", last ? num(last, "attempt") : j->attempt);
     cJSON_AddNumberToObject(ev, "attempts", cJSON_GetArraySize(history));
     cJSON_AddItemToObject(ev, "usage", events_usage_total(history));
-    cJSON_AddItemToObject(ev, "metadata", j->metadata ? cJSON_Duplicate(j->metadata, 1) : cJSON_CreateNull());
+    if (j->metadata) cJSON_AddItemReferenceToObject(ev, "metadata", (cJSON *)j->metadata);
+    else cJSON_AddNullToObject(ev, "metadata");
     if (j->batch_id) cJSON_AddStringToObject(ev, "batch_id", j->batch_id);
     else cJSON_AddNullToObject(ev, "batch_id");
     cJSON_AddStringToObject(ev, "schema", schema_name);
@@ -78,7 +79,8 @@ cJSON *events_final(const job *j, const char *schema_name, const char *model,
     add_common(ev, j, schema_name, model, history, wall_ms);
     const cJSON *last = cJSON_GetArrayItem(history, cJSON_GetArraySize(history) - 1);
     const cJSON *value = cJSON_GetObjectItemCaseSensitive(last, "value");
-    cJSON_AddItemToObject(ev, "output", value ? cJSON_Duplicate(value, 1) : cJSON_CreateNull());
+    if (value) cJSON_AddItemReferenceToObject(ev, "output", (cJSON *)value);
+    else cJSON_AddNullToObject(ev, "output");
     cJSON *summary = cJSON_AddArrayToObject(ev, "summary");
     const cJSON *rec;
     cJSON_ArrayForEach(rec, history) {
@@ -108,9 +110,9 @@ cJSON *events_escalation(const job *j, const char *schema_name, const char *mode
     const cJSON *violations = cJSON_GetObjectItemCaseSensitive(last, "violations");
     cJSON_AddStringToObject(ev, "reason", cJSON_IsString(reason) ? reason->valuestring : "escalated");
     cJSON_AddStringToObject(ev, "category", cJSON_IsString(category) ? category->valuestring : "unknown");
-    cJSON_AddItemToObject(ev, "violations",
-                          violations ? cJSON_Duplicate(violations, 1) : cJSON_CreateArray());
-    cJSON_AddItemToObject(ev, "history", cJSON_Duplicate(history, 1));
+    if (violations) cJSON_AddItemReferenceToObject(ev, "violations", (cJSON *)violations);
+    else cJSON_AddItemToObject(ev, "violations", cJSON_CreateArray());
+    cJSON_AddItemReferenceToObject(ev, "history", (cJSON *)history);
     return ev;
 }
 

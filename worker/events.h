@@ -35,7 +35,10 @@ void events_headers_init(events_headers *h, event_type type, const char *subject
 /* Sums usage over history records into a usage object. */
 cJSON *events_usage_total(const cJSON *history);
 
-/* history: borrowed (copied where kept).  Return values are taken. */
+/* history and the job: borrowed.  Return values are taken, but the
+ * final and escalation events refer to parts of history and of the job
+ * (cJSON references, not copies): print or delete the event before
+ * those go. */
 cJSON *events_final(const job *j, const char *schema_name, const char *model,
                     const cJSON *history, int64_t wall_ms);
 cJSON *events_escalation(const job *j, const char *schema_name, const char *model,

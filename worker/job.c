@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonout.h"
 #include "util.h"
 
 static const char *get_str(const cJSON *obj, const char *name) {
@@ -129,7 +130,7 @@ char *job_retry_value(const job *j, const cJSON *reflection) {
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "max_attempts");
     cJSON_AddNumberToObject(doc, "max_attempts", j->max_attempts);
     cJSON_AddItemToObject(doc, "reflection", cJSON_Duplicate(reflection, 1));
-    char *s = cJSON_PrintUnformatted(doc);
+    char *s = jsonout_print(doc);
     cJSON_Delete(doc);
     return s;
 }

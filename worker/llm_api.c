@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonout.h"
 #include "util.h"
 
 int llm_api_provider_parse(const char *s, llm_provider *out) {
@@ -86,13 +87,7 @@ static void schema_name_copy(char *dst, size_t len, const char *src) {
 }
 
 /* Appends a printed cJSON value. */
-static int append_json(sbuf *b, const cJSON *v) {
-    char *s = cJSON_PrintUnformatted(v);
-    if (!s) return -1;
-    int rc = sbuf_puts(b, s);
-    free(s);
-    return rc;
-}
+static int append_json(sbuf *b, const cJSON *v) { return jsonout_value(b, v); }
 
 /* The body is written as text rather than built as a cJSON tree: the
  * schema (the largest part) is printed once per schema by the caller
@@ -110,7 +105,7 @@ static char *build_openai(const llm_api_request *req) {
         const char *schema_json = req->schema_json;
         int strict = req->schema_strict;
         if (!schema_json) {
-            schema_json = schema_owned = cJSON_PrintUnformatted(req->schema);
+            schema_json = schema_owned = jsonout_print(req->schema);
             strict = llm_api_schema_is_strict(req->schema);
             if (!schema_json) goto cleanup;
         }
@@ -172,7 +167,7 @@ static char *build_anthropic(const llm_api_request *req) {
         cJSON_AddItemToObject(of, "schema", cJSON_Duplicate(req->schema, 1));
     }
     merge_params(body, req->params, 1);
-    char *s = cJSON_PrintUnformatted(body);
+    char *s = jsonout_print(body);
     cJSON_Delete(body);
     return s;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonout.h"
 #include "util.h"
 
 const char reflect_default_template[] =
@@ -25,7 +26,7 @@ static const char *str_or(const cJSON *obj, const char *name, const char *def) {
 static char *value_text(const cJSON *v) {
     if (!v || cJSON_IsNull(v)) return NULL;
     if (cJSON_IsString(v)) return strdup(v->valuestring);
-    return cJSON_PrintUnformatted(v);
+    return jsonout_print(v);
 }
 
 char *reflect_violations_text(const cJSON *violations) {

@@ -15,6 +15,7 @@
 #include "events.h"
 #include "extract.h"
 #include "job.h"
+#include "jsonout.h"
 #include "kafka_io.h"
 #include "llm_api.h"
 #include "llm_client.h"
@@ -313,7 +314,7 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
     j->ev_type = type;
     j->ev_topic = topic;
     j->ev_attempt = attempt;
-    j->ev_value = ev_text ? ev_text : cJSON_PrintUnformatted(ev_doc);
+    j->ev_value = ev_text ? ev_text : jsonout_print(ev_doc);
     cJSON_Delete(ev_doc);
     events_headers_init(&j->hdr, type, j->job.job_id, attempt, j->w->source, util_wall_ms());
 }
@@ -514,7 +515,7 @@ static void record_attempt(wjob *j) {
     }
     cJSON_Delete(j->rec);
     j->rec = attempt_record(j);
-    char *rec = j->rec ? cJSON_PrintUnformatted(j->rec) : NULL;
+    char *rec = j->rec ? jsonout_print(j->rec) : NULL;
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
     if (!rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, rec, j->ptoks,
@@ -916,7 +917,7 @@ static void resolve_schema(wjob *j) {
         snprintf(j->schema_error, sizeof(j->schema_error), "inline schema does not compile: %s", err);
         return;
     }
-    j->inline_text = cJSON_PrintUnformatted(s);
+    j->inline_text = jsonout_print(s);
     j->schema_doc = s;
     j->schema_text = j->inline_text;
 }
@@ -951,7 +952,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         j->is_dlq = 1;
         if (msg->key) j->msg_key = strndup(msg->key, msg->key_len);
         free(j->ev_value);
-        j->ev_value = cJSON_PrintUnformatted(ev);
+        j->ev_value = jsonout_print(ev);
         cJSON_Delete(ev);
         j->ev_topic = w->t_dlq;
         j->ev_type = EVENT_DEAD_LETTER;
@@ -1158,7 +1159,7 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         os->doc = sd;
         /* Retort's own settings stay out of what the model is sent. */
         cJSON *xr = cJSON_DetachItemFromObjectCaseSensitive(sd, "x-retort");
-        os->text = cJSON_PrintUnformatted(sd);
+        os->text = jsonout_print(sd);
         os->strict = llm_api_schema_is_strict(sd);
         const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
         os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;

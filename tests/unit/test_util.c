@@ -1,0 +1,79 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "util.h"
+
+/* The per-second cache must give what strftime gives, across second,
+ * day and year boundaries, in any order. */
+static void test_rfc3339(void **s) {
+    (void)s;
+    static const int64_t stamps[] = {0, 999, 1000, 1001, 86399999, 86400000, 1735689599999, 1735689600000,
+                                     1735689599998, 1763776000123, 1763776000999, 1763776001000, 951782400000};
+    for (size_t i = 0; i < sizeof(stamps) / sizeof(stamps[0]); i++) {
+        char got[40], want[40];
+        util_rfc3339(stamps[i], got, sizeof(got));
+        time_t t = (time_t)(stamps[i] / 1000);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        size_t n = strftime(want, sizeof(want), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(want + n, sizeof(want) - n, ".%03dZ", (int)(stamps[i] % 1000));
+        assert_string_equal(got, want);
+        int64_t back = 0;
+        assert_int_equal(util_parse_rfc3339(got, &back), 0);
+        assert_true(back == stamps[i]);
+    }
+    char small[10] = "xxxxxxxxx";
+    util_rfc3339(1000, small, sizeof(small));
+    assert_string_equal(small, ""); /* too small: empty, never cut */
+}
+
+static void test_sbuf_printf_grows(void **s) {
+    (void)s;
+    sbuf b = {0};
+    char big[1000];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    for (int i = 0; i < 50; i++) assert_int_equal(sbuf_printf(&b, "%d:%s;", i, i % 7 ? "x" : big), 0);
+    size_t want = 0;
+    for (int i = 0; i < 50; i++) want += (size_t)snprintf(NULL, 0, "%d:%s;", i, i % 7 ? "x" : big);
+    assert_int_equal(b.len, want);
+    assert_int_equal(strlen(b.data), want);
+    assert_memory_equal(b.data, "0:", 2);
+    sbuf_free(&b);
+}
+
+/* Escaped strings read back as the original through cJSON. */
+static void test_json_string(void **s) {
+    (void)s;
+    static const char *const strs[] = {"", "plain", "q\"b\\s/", "\b\f\n\r\t\x01\x1f\x7f", "h\xc3\xa9llo \xe4\xb8\x96",
+                                       "</script>"};
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
+        sbuf b = {0};
+        assert_int_equal(sbuf_json_string(&b, strs[i], strlen(strs[i])), 0);
+        cJSON *v = cJSON_Parse(b.data);
+        assert_non_null(v);
+        assert_string_equal(v->valuestring, strs[i]);
+        char *c = cJSON_PrintUnformatted(v);
+        assert_string_equal(b.data, c);
+        free(c);
+        cJSON_Delete(v);
+        sbuf_free(&b);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rfc3339),
+        cmocka_unit_test(test_sbuf_printf_grows),
+        cmocka_unit_test(test_json_string),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
