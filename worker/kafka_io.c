@@ -25,10 +25,24 @@ struct kafka_io {
     int draining;
     int handles_open;
     int brokers_down;
-    rd_kafka_message_t *held;   /* taken from the queue while the worker was full */
+    /* Messages taken from the queue but not accepted yet, oldest first:
+     * the one the worker refused when full, and any a keepalive poll
+     * returned meanwhile. */
+    rd_kafka_message_t **held;
+    size_t held_n, held_cap;
+    /* A consumer that does not poll for max.poll.interval.ms leaves the
+     * group, and the loop polls only when the queue wakes it.  A timer
+     * polls when nothing else did for a third of the interval: an idle
+     * worker just drains; one that holds a message (full for long: an LLM
+     * outage) or is paused (Redis down) first pauses the partitions, so
+     * the poll keeps the membership and fetches nothing. */
+    uv_timer_t keepalive;
+    uint64_t last_poll_ms;
+    uint64_t keepalive_ms;
+    int hold_paused;            /* partitions paused by the keepalive */
 };
 
-static void drop_held(kafka_io *k);
+static void drop_held(kafka_io *k, const rd_kafka_topic_partition_list_t *parts);
 
 typedef struct conf_ctx {
     rd_kafka_conf_t *conf;
@@ -85,16 +99,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         log_info(NULL, 0, "assigned %d partition(s)", parts->cnt);
         if (cooperative) rd_kafka_incremental_assign(rk, parts);
         else rd_kafka_assign(rk, parts);
-        if (k->paused) rd_kafka_pause_partitions(rk, parts);
+        if (k->paused || k->hold_paused) rd_kafka_pause_partitions(rk, parts);
     } else {
         log_info(NULL, 0, "revoked %d partition(s)%s", parts->cnt,
                  rd_kafka_assignment_lost(rk) ? " (lost)" : "");
-        if (k->held) {
-            for (int i = 0; i < parts->cnt; i++)
-                if (parts->elems[i].partition == k->held->partition &&
-                    !strcmp(parts->elems[i].topic, rd_kafka_topic_name(k->held->rkt)))
-                    drop_held(k);
-        }
+        drop_held(k, parts);
         if (k->cbs.on_revoke) k->cbs.on_revoke(k->cbs.ud, parts);
         if (cooperative) rd_kafka_incremental_unassign(rk, parts);
         else rd_kafka_assign(rk, NULL);
@@ -110,22 +119,64 @@ static void drain_pipe(int fd) {
     }
 }
 
-/* Forgets the held message (its partition was revoked, or the consumer
- * closes): its offset was never stored, so whoever owns the partition next
- * receives it again. */
-static void drop_held(kafka_io *k) {
-    if (!k->held) return;
-    rd_kafka_message_destroy(k->held);
-    k->held = NULL;
+static int in_list(const rd_kafka_topic_partition_list_t *parts, const rd_kafka_message_t *msg) {
+    for (int i = 0; i < parts->cnt; i++)
+        if (parts->elems[i].partition == msg->partition &&
+            !strcmp(parts->elems[i].topic, rd_kafka_topic_name(msg->rkt)))
+            return 1;
+    return 0;
+}
+
+/* Forgets the held messages of parts (revoked), or all of them (parts
+ * NULL: the consumer closes): their offsets were never stored, so
+ * whoever owns the partition next receives them again. */
+static void drop_held(kafka_io *k, const rd_kafka_topic_partition_list_t *parts) {
+    size_t kept = 0;
+    for (size_t i = 0; i < k->held_n; i++) {
+        if (!parts || in_list(parts, k->held[i])) rd_kafka_message_destroy(k->held[i]);
+        else k->held[kept++] = k->held[i];
+    }
+    k->held_n = kept;
+}
+
+/* Appends (front = 0) or prepends (front = 1) a held message.  0 = ok. */
+static int hold(kafka_io *k, rd_kafka_message_t *msg, int front) {
+    if (k->held_n == k->held_cap) {
+        size_t cap = k->held_cap ? k->held_cap * 2 : 4;
+        rd_kafka_message_t **p = realloc(k->held, cap * sizeof(*p));
+        if (!p) return -1;
+        k->held = p;
+        k->held_cap = cap;
+    }
+    if (front) {
+        memmove(k->held + 1, k->held, k->held_n * sizeof(*k->held));
+        k->held[0] = msg;
+    } else {
+        k->held[k->held_n] = msg;
+    }
+    k->held_n++;
+    return 0;
+}
+
+static rd_kafka_message_t *unhold(kafka_io *k) {
+    if (!k->held_n) return NULL;
+    rd_kafka_message_t *msg = k->held[0];
+    memmove(k->held, k->held + 1, (k->held_n - 1) * sizeof(*k->held));
+    k->held_n--;
+    return msg;
+}
+
+static rd_kafka_message_t *consumer_poll(kafka_io *k) {
+    k->last_poll_ms = uv_now(k->loop);
+    return rd_kafka_consumer_poll(k->consumer, 0);
 }
 
 void kafka_io_poll(kafka_io *k) {
     if (k->draining) return; /* no re-entry from a callback */
     k->draining = 1;
     for (;;) {
-        rd_kafka_message_t *msg = k->held;
-        k->held = NULL;
-        if (!msg) msg = rd_kafka_consumer_poll(k->consumer, 0);
+        rd_kafka_message_t *msg = unhold(k);
+        if (!msg) msg = consumer_poll(k);
         if (!msg) break;
         if (msg->err) {
             if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
@@ -142,15 +193,55 @@ void kafka_io_poll(kafka_io *k) {
              * partitions instead would throw away librdkafka's prefetched
              * messages and cost a fetch round trip on every resume; the
              * queue stays bounded by queued.max.messages.kbytes. */
-            k->held = msg;
+            if (hold(k, msg, 1)) {
+                /* Out of memory: give the message up unstored; it comes
+                 * again after a restart or rebalance. */
+                log_error(NULL, 0, "out of memory holding a message of %s[%d]@%lld", k->jobs, msg->partition,
+                          (long long)msg->offset);
+                rd_kafka_message_destroy(msg);
+            }
             break;
         }
         rd_kafka_message_destroy(msg);
     }
+    if (!k->held_n && k->hold_paused) {
+        /* Room again after a long hold: fetch again. */
+        k->hold_paused = 0;
+        if (!k->paused && !k->stopped && k->assignment && k->assignment->cnt)
+            rd_kafka_resume_partitions(k->consumer, k->assignment);
+    }
     k->draining = 0;
 }
 
-int kafka_io_holding(const kafka_io *k) { return k->held != NULL; }
+int kafka_io_holding(const kafka_io *k) { return k->held_n > 0; }
+
+static void keepalive_cb(uv_timer_t *t) {
+    kafka_io *k = t->data;
+    if (k->draining || uv_now(k->loop) - k->last_poll_ms < k->keepalive_ms) return;
+    if (!k->held_n && !k->paused) {
+        /* Idle: nothing arrived, so nothing woke the loop to poll. */
+        kafka_io_poll(k);
+        return;
+    }
+    if (!k->paused && !k->hold_paused) {
+        log_info(NULL, 0, "full for %llu ms: pausing fetch while waiting, to stay in the group",
+                 (unsigned long long)(uv_now(k->loop) - k->last_poll_ms));
+        k->hold_paused = 1;
+        if (k->assignment && k->assignment->cnt) rd_kafka_pause_partitions(k->consumer, k->assignment);
+    }
+    /* Paused partitions deliver nothing; whatever still comes (a message
+     * that was already on its way) waits behind the held ones. */
+    k->draining = 1;
+    rd_kafka_message_t *msg;
+    while ((msg = consumer_poll(k))) {
+        if (msg->err || k->stopped || hold(k, msg, 0)) {
+            if (msg->err && msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                log_warn(NULL, 0, "consumer: %s", rd_kafka_message_errstr(msg));
+            rd_kafka_message_destroy(msg);
+        }
+    }
+    k->draining = 0;
+}
 
 static void consumer_wakeup(uv_poll_t *h, int status, int events) {
     kafka_io *k = h->data;
@@ -208,6 +299,13 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     rd_kafka_conf_set_error_cb(cconf, error_cb);
     rd_kafka_conf_set_rebalance_cb(cconf, rebalance_cb);
     rd_kafka_conf_set_opaque(cconf, k);
+    char mpi[32];
+    size_t mpi_len = sizeof(mpi);
+    long max_poll_ms = 300000;
+    if (rd_kafka_conf_get(cconf, "max.poll.interval.ms", mpi, &mpi_len) == RD_KAFKA_CONF_OK)
+        max_poll_ms = atol(mpi);
+    /* A third of the interval: the keepalive poll comes well before it. */
+    k->keepalive_ms = max_poll_ms / 3 > 500 ? (uint64_t)max_poll_ms / 3 : 500;
 
     pconf = rd_kafka_conf_new();
     rd_kafka_conf_set(pconf, "enable.idempotence", "true", NULL, 0);
@@ -247,10 +345,14 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     rd_kafka_queue_io_event_enable(k->pq, k->ppipe[1], "1", 1);
     uv_poll_init(loop, &k->cpoll, k->cpipe[0]);
     uv_poll_init(loop, &k->ppoll, k->ppipe[0]);
-    k->handles_open = 2;
-    k->cpoll.data = k->ppoll.data = k;
+    uv_timer_init(loop, &k->keepalive);
+    k->handles_open = 3;
+    k->cpoll.data = k->ppoll.data = k->keepalive.data = k;
     uv_poll_start(&k->cpoll, UV_READABLE, consumer_wakeup);
     uv_poll_start(&k->ppoll, UV_READABLE, producer_wakeup);
+    k->last_poll_ms = uv_now(loop);
+    uint64_t tick = k->keepalive_ms / 4 > 250 ? k->keepalive_ms / 4 : 250;
+    uv_timer_start(&k->keepalive, keepalive_cb, tick, tick);
 
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(topics, k->jobs, RD_KAFKA_PARTITION_UA);
@@ -270,13 +372,16 @@ fail:
 
 static void poll_close_cb(uv_handle_t *h) {
     kafka_io *k = h->data;
-    if (--k->handles_open == 0) free(k);
+    if (--k->handles_open == 0) {
+        free(k->held);
+        free(k);
+    }
 }
 
 void kafka_io_free(kafka_io *k, int timeout_ms) {
     if (!k) return;
     if (k->consumer) {
-        drop_held(k);
+        drop_held(k, NULL);
         /* Close commits the stored offsets and leaves the group; it serves
          * the rebalance callback itself. */
         rd_kafka_consumer_close(k->consumer);
@@ -309,7 +414,10 @@ void kafka_io_free(kafka_io *k, int timeout_ms) {
         uv_close((uv_handle_t *)&k->cpoll, poll_close_cb);
         uv_poll_stop(&k->ppoll);
         uv_close((uv_handle_t *)&k->ppoll, poll_close_cb);
+        uv_timer_stop(&k->keepalive);
+        uv_close((uv_handle_t *)&k->keepalive, poll_close_cb);
     } else {
+        free(k->held);
         free(k);
     }
 }

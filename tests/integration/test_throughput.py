@@ -50,3 +50,27 @@ def test_members_join_and_leave_mid_batch(stack):
     calls = stack.llm_stats()["calls"]
     assert sum(c - 1 for k, c in calls.items() if k.startswith(prefix) and c > 1) <= 64
     assert stack.stop_worker(b) == 0 and stack.stop_worker(c) == 0
+
+
+def test_full_for_longer_than_max_poll_interval_stays_in_group(stack):
+    """Every LLM call hangs for longer than max.poll.interval.ms while the
+    worker is full and holds the next message: it pauses fetching and keeps
+    polling, so it stays in the group (no leave, no rebalance), and every
+    job is answered once, with one LLM call each.  Then it stays idle for
+    longer than the interval, still a member."""
+    w = stack.start_worker("--set", "llm.max_inflight=2", "--set", "llm.timeout_ms=30000",
+                           "--set", "kafka.consumer.max.poll.interval.ms=7000")
+    ids = ["stall-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(5)]
+    stack.produce_jobs([job(j, directive="latency_ms=10000") for j in ids])
+    check_exactly_once(stack, ids)
+    calls = stack.llm_stats()["calls"]
+    for j in ids:
+        assert calls.get("%s:1" % j) == 1, (j, calls.get("%s:1" % j))
+    # Idle for longer than the interval: nothing wakes the loop, yet the
+    # worker must poll.
+    time.sleep(9)
+    log = stack.worker_log(w.name)
+    assert "pausing fetch while waiting" in log
+    assert "maximum poll interval" not in log
+    assert "revoked" not in log
+    assert stack.stop_worker(w) == 0
