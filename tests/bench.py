@@ -43,7 +43,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_lib import (BUILD, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
+from bench_lib import (BUILD, FETCH_WAIT_MS, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
                        chat_body, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
                        proc_cpu_s, proc_status_kb, slope)
 from stack import free_port  # noqa: E402
@@ -93,7 +93,8 @@ def floors():
         st.feed(docs)
         k0 = proc_cpu_s(st.kafka.pid)
         r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
-                            "--count", str(count)], capture_output=True, text=True, timeout=600)
+                            "--count", str(count), "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                           capture_output=True, text=True, timeout=600)
         relay = json.loads(r.stdout)
         out["relay_mock_broker_cpu_us_per_msg"] = round((proc_cpu_s(st.kafka.pid) - k0) * 1e6 / count, 1)
         log("  relay  %6d msgs  %8.0f jobs/s  %5.1f us CPU/msg" %
@@ -106,7 +107,8 @@ def floors():
         m, rate = n(2400), 300
         lat_docs = [job_doc("relaylat-%s-%d" % (RUN, i), i) for i in range(m)]
         proc = subprocess.Popen([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
-                                 "--count", str(m + 1)], stdout=subprocess.PIPE, text=True)
+                                 "--count", str(m + 1), "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                                stdout=subprocess.PIPE, text=True)
         warm = "relaylat-%s-warm" % RUN
         st.feed([job_doc(warm, 0)])
         deadline = time.time() + 30
@@ -132,7 +134,8 @@ def floors():
             st.feed([job_doc("flow-%s-%s-%d" % (flow, RUN, i), i) for i in range(cnt)])
             r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap, "--count", str(cnt),
                                 "--group", "bench-flow-" + flow, "--max-inflight", "64", "--hold-ms", "200",
-                                "--flow", flow], capture_output=True, text=True, timeout=600)
+                                "--flow", flow, "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                               capture_output=True, text=True, timeout=600)
             f = json.loads(r.stdout)
             out["flow_%s_64x200ms_jobs_per_s" % flow] = f["jobs_per_s"]
             log("  flow control %-6s (64 in flight, 200 ms hold): %6.1f jobs/s (ideal 320), %d pauses" %

@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
     held *ring = NULL;
     size_t ring_cap = 0, ring_head = 0, ring_n = 0;
     int paused = 0;
-    const char *brokers = NULL, *group = "bench-relay";
+    const char *brokers = NULL, *group = "bench-relay", *fetch_wait = "100";
     long count = 0, timeout_s = 300;
     char errstr[512];
     int rc = 1;
@@ -259,10 +259,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-inflight") && has) max_inflight = atol(argv[++i]);
         else if (!strcmp(a, "--hold-ms") && has) hold_ms = atof(argv[++i]);
         else if (!strcmp(a, "--flow") && has) flow = argv[++i];
+        else if (!strcmp(a, "--fetch-wait-ms") && has) fetch_wait = argv[++i];
         else {
             fprintf(stderr, "usage: bench-relay --brokers LIST --count N [--in TOPIC] [--out TOPIC] "
                             "[--group ID] [--timeout-s S]\n"
                             "                   [--max-inflight M] [--hold-ms T] [--flow pause|nopoll]\n"
+                            "                   [--fetch-wait-ms MS]\n"
                             "       bench-relay --brokers LIST --produce FILE [--out TOPIC] [--rate R]\n");
             return 2;
         }
@@ -289,7 +291,7 @@ int main(int argc, char **argv) {
         set(cc, "enable.auto.offset.store", "false") || set(cc, "enable.auto.commit", "true") ||
         set(cc, "auto.commit.interval.ms", "1000") || set(cc, "auto.offset.reset", "earliest") ||
         set(cc, "session.timeout.ms", "10000") || set(cc, "heartbeat.interval.ms", "1000") ||
-        set(cc, "queued.max.messages.kbytes", "16384") || set(cc, "fetch.wait.max.ms", "100")) {
+        set(cc, "queued.max.messages.kbytes", "16384") || set(cc, "fetch.wait.max.ms", fetch_wait)) {
         rd_kafka_conf_destroy(cc);
         return 1;
     }
