@@ -9,10 +9,15 @@
  * points into the cJSON input: enum/const values are duplicated.
  *
  * Validate: a recursive walk with bounded depth.  A first pass runs without
- * collecting violations and short-circuits; only when the instance is
- * invalid and the caller wants violations is a second, reporting pass made.
- * Annotations for unevaluated* are bitsets over the members/items of the
- * instance, created only by nodes that use unevaluated*.
+ * collecting violations and short-circuits (eval_quiet: leaf schemas are
+ * checked all at once by instance type, `required` alongside `properties`);
+ * only when the instance is invalid and the caller wants violations is a
+ * second, reporting pass made (eval_full, keywords in schema order).  Its
+ * violations live in scratch memory until the kept ones are copied into one
+ * block for the caller; anyOf/oneOf branches are compared on sketches (code
+ * and depth, no text) and only the closest one is walked again with full
+ * reports.  Annotations for unevaluated* are bitsets over the members/items
+ * of the instance, created only by nodes that use unevaluated*.
  */
 #include "schema.h"
 #include "schema_format.h"
@@ -32,6 +37,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+
+/* Keyword checks are kept out of eval() so that its frame, which is on
+ * the recursion path once per nesting level, stays small. */
+#define COLD __attribute__((noinline, cold))
+#define NOINLINE __attribute__((noinline))
 
 #define MAX_COMPILE_DEPTH 512
 #define MAX_EVAL_DEPTH 512
@@ -287,6 +297,19 @@ static size_t json_count(const cJSON *v)
     return n;
 }
 
+/* Equality of two NUL-terminated strings, inline (the enum values and
+ * string consts compared on the hot path are short). */
+static inline int str_eq(const char *a, const char *b)
+{
+    while (*a == *b) {
+        if (!*a)
+            return 1;
+        a++;
+        b++;
+    }
+    return 0;
+}
+
 static const cJSON *json_member(const cJSON *obj, const char *key)
 {
     for (const cJSON *c = obj->child; c; c = c->next)
@@ -304,7 +327,7 @@ static int json_equal(const cJSON *a, const cJSON *b)
     case cJSON_Number:
         return a->valuedouble == b->valuedouble;
     case cJSON_String:
-        return strcmp(a->valuestring, b->valuestring) == 0;
+        return str_eq(a->valuestring, b->valuestring);
     case cJSON_Array: {
         const cJSON *x = a->child, *y = b->child;
         for (; x && y; x = x->next, y = y->next)
@@ -360,6 +383,15 @@ static uint64_t json_hash(const cJSON *v)
     }
 }
 
+/* d is a finite integer (floor() is a library call on baseline x86-64,
+ * and this is asked for every number checked against "integer"). */
+static inline int is_integral(double d)
+{
+    if (!(fabs(d) < 9007199254740992.0)) /* 2^53: from there on, all are */
+        return isfinite(d);
+    return (double)(long long)d == d;
+}
+
 /* Shortest representation of d that reads back as d. */
 static void fmt_num(double d, char *buf, size_t n)
 {
@@ -367,7 +399,7 @@ static void fmt_num(double d, char *buf, size_t n)
         snprintf(buf, n, "%s", isnan(d) ? "NaN" : (d > 0 ? "1e999" : "-1e999"));
         return;
     }
-    if (d == floor(d) && fabs(d) < 1e17 && n >= 24) {
+    if (is_integral(d) && fabs(d) < 1e17 && n >= 24) {
         /* integers (most numbers in practice) without printf */
         long long v = (long long)d;
         char digits[24];
@@ -556,7 +588,8 @@ static int decimal_fast(double x, decimal *out)
         double y = x * P10[k];
         if (y >= 9007199254740992.0)
             return -1;
-        double r = nearbyint(y);
+        /* nearbyint(y) for 0 <= y < 2^53, without the library call */
+        double r = y >= 4503599627370496.0 ? y : (y + 4503599627370496.0) - 4503599627370496.0;
         if (r / P10[k] == x) {
             uint64_t m = (uint64_t)r;
             int e = -k;
@@ -573,12 +606,21 @@ static int decimal_fast(double x, decimal *out)
 }
 
 /* Is x an integer multiple of m (m given as decimal too)? */
-static int is_multiple(double x, double m, const decimal *md)
+NOINLINE static int is_multiple(double x, double m, const decimal *md)
 {
     if (x == 0)
         return 1;
-    if (x == floor(x) && m == floor(m) && fabs(x) < 9e15 && m < 9e15)
+    if (is_integral(x) && is_integral(m) && fabs(x) < 9e15 && m < 9e15)
         return fmod(x, m) == 0;
+    if (md->mant == 1 && md->exp < 0 && md->exp >= -17) {
+        /* m = 10^-K (0.01): when x * 10^K rounds back to x, the shortest
+         * decimal of x (what decimal_fast finds) has at most K decimals */
+        static const double P10[] = { 1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+                                      1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17 };
+        double y = fabs(x) * P10[-md->exp];
+        if (y < 4503599627370496.0 && ((y + 4503599627370496.0) - 4503599627370496.0) / P10[-md->exp] == fabs(x))
+            return 1;
+    }
     decimal xd;
     if (decimal_fast(x, &xd) < 0 && decimal_of(x, &xd) < 0)
         return 0;
@@ -587,6 +629,8 @@ static int is_multiple(double x, double m, const decimal *md)
     int e = xd.exp - md->exp;
     if (e < 0)
         return 0; /* xd.mant has no factor 10, so it cannot absorb 10^-e */
+    if (md->mant == 1)
+        return 1; /* m is a power of ten (0.01): x has no more decimals */
     unsigned __int128 r = xd.mant % md->mant;
     unsigned __int128 base = 10 % md->mant, acc = 1 % md->mant;
     unsigned int k = (unsigned int)e;
@@ -600,9 +644,33 @@ static int is_multiple(double x, double m, const decimal *md)
 }
 
 /* UTF-8: validates and counts code points.  -1 when invalid. */
-static long long utf8_count(const char *str, size_t len)
+static inline long long utf8_count(const char *str, size_t len)
 {
     const unsigned char *s = (const unsigned char *)str;
+    /* ASCII (most strings): one OR over the bytes, word by word (the last
+     * word overlapping), then the count is the length */
+    if (len >= 8) {
+        uint64_t acc = 0, w;
+        for (size_t k = 0; k + 8 <= len; k += 8) {
+            memcpy(&w, s + k, 8);
+            acc |= w;
+        }
+        memcpy(&w, s + len - 8, 8);
+        if (!((acc | w) & 0x8080808080808080ull))
+            return (long long)len;
+    } else if (len >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + len - 4, 4);
+        if (!((a | b) & 0x80808080u))
+            return (long long)len;
+    } else {
+        unsigned x = 0;
+        for (size_t k = 0; k < len; k++)
+            x |= s[k];
+        if (!(x & 0x80))
+            return (long long)len;
+    }
     size_t i = 0;
     long long n = 0;
     while (i < len) {
@@ -677,6 +745,13 @@ enum kw_id {
 /* ------------------------------------------------------------------ */
 /* compiled form                                                        */
 
+#define KB(k) (1ull << (k))
+/* assertion keywords by the instance type they apply to */
+#define KM_STR (KB(K_MAX_LENGTH) | KB(K_MIN_LENGTH) | KB(K_PATTERN) | KB(K_FORMAT))
+#define KM_NUM (KB(K_MULTIPLE_OF) | KB(K_MAXIMUM) | KB(K_MINIMUM) | KB(K_XMAXIMUM) | KB(K_XMINIMUM))
+#define KM_CNT (KB(K_MAX_ITEMS) | KB(K_MIN_ITEMS) | KB(K_MAX_PROPS) | KB(K_MIN_PROPS))
+#define KM_FAST (KB(K_TYPE) | KB(K_ENUM) | KB(K_CONST) | KM_STR | KM_NUM | KM_CNT)
+
 enum { T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_NUMBER = 16, T_STRING = 32, T_INTEGER = 64 };
 enum { B_NONE = 0, B_TRUE = 1, B_FALSE = 2 };
 enum { UE_ITEMS = 1, UE_PROPS = 2 };
@@ -690,13 +765,15 @@ typedef struct rres { /* runtime resource, for the dynamic scope */
     node **dyn_nodes;
 } rres;
 
-typedef struct prop_ent {
-    const char *name; /* NULL = empty slot */
+typedef struct prop_ent { /* one cache line */
+    const char *name; /* NULL = empty slot; iname when it fits there */
     uint64_t h;
     size_t len;
-    uint32_t ord;     /* index in node.ordered, when schema != NULL */
     node *schema;     /* from properties, or NULL */
+    uint64_t reqbit;  /* 1 << req when 0 <= req < 64, else 0 */
     int32_t req;      /* index in required, or -1 */
+    uint32_t ord;     /* index in node.ordv, when schema != NULL */
+    char iname[16];   /* short names in place: one memory access less */
 } prop_ent;
 
 typedef struct patprop {
@@ -717,43 +794,58 @@ typedef struct dep_sch {
 } dep_sch;
 
 struct node {
-    const char *loc; /* "" (root), "/properties/a", "uri#/defs/x" */
-    const rres *res;
+    /* Hot fields first (evaluation touches the first few cache lines of a
+     * node; the rest is for reports and rarer keywords). */
     uint8_t boolean;
     uint8_t types;
-    uint8_t uneval;
-    uint8_t unique;
-    uint8_t fmt;
-    uint8_t content_b64, content_json;
-    uint8_t req_in_props; /* fast pass checks required inside kw_props */
     uint8_t leaf;         /* only assertion keywords (no subschemas) */
+    uint8_t fast;         /* leaf whose keywords leaf_fast() checks */
     uint8_t norder;
+    uint8_t uneval;
+    uint8_t req_in_props; /* fast pass checks required inside kw_props */
+    uint8_t fmt;
+    uint64_t kwmask;      /* KB() of every keyword in order */
     uint8_t order[K__COUNT];
-    const char *type_text, *enum_text, *const_text, *pattern_text;
-    cJSON *enum_vals;
-    uint64_t *enum_h;
+    /* objects */
+    prop_ent *ordv;       /* entries of `properties` in schema order (copies) */
+    size_t n_props;
+    prop_ent *props;      /* open addressing, mask + 1 slots */
+    size_t props_mask;
+    node *additional;
+    size_t n_pats;
+    uint64_t req_all;     /* req_in_props: the reqbit of every required name */
+    size_t n_required;
+    /* strings */
+    uint64_t max_length, min_length;
+    schema_regex *pattern;
+    const char **enum_strs; /* the string members of enum (copies) */
+    size_t n_enum_strs;
     size_t n_enum;
+    cJSON *enum_vals;
     cJSON *const_val;
+    /* numbers */
     double maximum, minimum, xmaximum, xminimum, multiple_of;
     decimal multiple_dec;
-    uint64_t max_length, min_length, max_items, min_items, max_props, min_props;
-    uint64_t min_contains, max_contains;
-    int has_max_contains;
-    schema_regex *pattern;
+    /* arrays */
+    node *items;
     node **prefix;
     size_t n_prefix;
-    node *items;
+    uint64_t max_items, min_items;
+    /* the rest */
+    const char *loc; /* "" (root), "/properties/a", "uri#/defs/x" */
+    const rres *res;
+    uint8_t unique;
+    uint8_t content_b64, content_json;
+    const char *type_text, *enum_text, *const_text, *pattern_text;
+    uint64_t *enum_h;
+    uint64_t max_props, min_props;
+    uint64_t min_contains, max_contains;
+    int has_max_contains;
     const char *prefix_kw, *items_kw;
     node *contains;
-    prop_ent *props; /* open addressing, mask + 1 slots */
-    size_t props_mask;
-    size_t n_props;
-    const prop_ent **ordered; /* entries of `properties` in schema order */
+    const prop_ent **ordered; /* entries of `properties` in schema order (compile) */
     patprop *pats;
-    size_t n_pats;
-    node *additional;
     const char **required;
-    size_t n_required;
     dep_req *dreq;
     size_t n_dreq;
     dep_sch *dsch;
@@ -1625,7 +1717,12 @@ static prop_ent *props_add(cctx *c, node *n, const char *name)
     uint64_t h = hash_cstr(name, &len);
     prop_ent *e = prop_slot(n, name, len, h);
     if (!e->name) {
-        e->name = arena_strdup(&c->s->a, name);
+        if (len < sizeof e->iname) {
+            memcpy(e->iname, name, len + 1);
+            e->name = e->iname;
+        } else {
+            e->name = arena_strdup(&c->s->a, name);
+        }
         e->h = h;
         e->len = len;
         e->req = -1;
@@ -1855,9 +1952,19 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             n->enum_h = calloc_or_fail(c, (n->n_enum + 1) * sizeof *n->enum_h);
             if (!n->enum_h)
                 break;
-            size_t i = 0;
-            for (const cJSON *e = n->enum_vals->child; e; e = e->next)
+            size_t i = 0, ns = 0;
+            for (const cJSON *e = n->enum_vals->child; e; e = e->next) {
                 n->enum_h[i++] = json_hash(e);
+                ns += IS_STRING(e);
+            }
+            n->enum_strs = calloc_or_fail(c, (ns + 1) * sizeof *n->enum_strs);
+            if (!n->enum_strs)
+                break;
+            /* copied next to each other, not where cJSON put them */
+            for (const cJSON *e = n->enum_vals->child; e && !c->failed; e = e->next)
+                if (IS_STRING(e) &&
+                    !(n->enum_strs[n->n_enum_strs++] = arena_strdup(&c->s->a, e->valuestring)))
+                    cfail(c, "out of memory");
             n->enum_text = snippet_in_arena(c, v);
             add_order(n, K_ENUM);
         } else if (strcmp(k, "const") == 0) {
@@ -2007,6 +2114,7 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
                 if (pe->req >= 0)
                     continue; /* duplicate name */
                 pe->req = (int32_t)i;
+                pe->reqbit = i < 64 ? 1ull << i : 0;
                 n->required[i++] = pe->name;
             }
             n->n_required = i;
@@ -2116,6 +2224,7 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             hr |= n->order[i] == K_REQUIRED;
         }
         n->req_in_props = hp && hr && n->n_required <= 64;
+        n->req_all = n->n_required >= 64 ? ~0ull : (1ull << n->n_required) - 1;
     }
     n->leaf = !n->uneval;
     for (int i = 0; i < n->norder; i++) {
@@ -2129,6 +2238,9 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             break;
         }
     }
+    for (int i = 0; i < n->norder; i++)
+        n->kwmask |= KB(n->order[i]);
+    n->fast = n->leaf && (n->kwmask & ~KM_FAST) == 0;
     /* a schema object without any (enabled) keyword accepts everything,
      * like `true` (and produces no annotations) */
     if (n->norder == 0 && !n->uneval)
@@ -2278,6 +2390,23 @@ static void collapse_refs(schema *s, const pmap *memo)
     s->root = skip_refs(s->root);
 }
 
+/* Last step of a compile: the copies that evaluation reads (after
+ * collapse_refs has settled the schema pointers). */
+static void finish_nodes(cctx *c)
+{
+    for (size_t i = 0; i < c->memo.cap && !c->failed; i++) {
+        node *n = c->memo.e[i].key ? c->memo.e[i].val : NULL;
+        if (!n || !n->n_props)
+            continue;
+        n->ordv = calloc_or_fail(c, n->n_props * sizeof *n->ordv);
+        for (size_t k = 0; n->ordv && k < n->n_props; k++) {
+            n->ordv[k] = *n->ordered[k];
+            if (n->ordered[k]->name == n->ordered[k]->iname)
+                n->ordv[k].name = n->ordv[k].iname;
+        }
+    }
+}
+
 void schema_free(schema *s)
 {
     if (!s)
@@ -2343,6 +2472,7 @@ schema *schema_compile_base(schema_registry *reg, const cJSON *doc, const char *
             compile_dynamic_anchors(&c);
         if (!c.failed)
             collapse_refs(c.s, &c.memo);
+        finish_nodes(&c);
     }
     smap_free(&c.uris);
     pmap_free(&c.infos);
@@ -2404,6 +2534,8 @@ static void ev_or(evset *dst, const evset *src)
 typedef struct vrec {
     schema_violation v;
     size_t depth;
+    size_t blen; /* the strings of v lie in [v.path, v.path + blen) */
+    size_t plen, klen; /* strlen of v.path and v.keyword_location */
 } vrec;
 
 typedef struct pathseg {
@@ -2411,14 +2543,22 @@ typedef struct pathseg {
     size_t idx;
 } pathseg;
 
+typedef struct vchunk {
+    struct vchunk *next;
+    max_align_t data[];
+} vchunk;
+
 typedef struct vctx {
     const schema *s;
     int record;
     int depth;
     size_t npath;
     size_t nscope;
-    vrec *recs;
+    vrec *recs; /* recs_inl, or malloc'd when more are found */
     size_t nrec, caprec, dropped, store_cap;
+    char *sp;       /* scratch memory: next free byte */
+    size_t sleft;   /* bytes left at sp */
+    vchunk *chunks; /* heap chunks of the scratch memory */
     const cJSON *str_inst; /* cache: last string checked */
     const char *str_ptr;
     long long str_cps;
@@ -2429,14 +2569,21 @@ typedef struct vctx {
     char limit_msg[200];
     pathseg path[MAX_EVAL_DEPTH + 4];
     const rres *scope[MAX_EVAL_DEPTH + 4];
+    vrec recs_inl[32];
+    max_align_t scratch_inl[4096 / sizeof(max_align_t)];
 } vctx;
 
-static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev);
+static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev);
+static int eval_quiet(vctx *c, const node *n, const cJSON *inst);
 
-/* Keyword checks are kept out of eval() so that its frame, which is on
- * the recursion path once per nesting level, stays small. */
-#define COLD __attribute__((noinline, cold))
-#define NOINLINE __attribute__((noinline))
+/* Evaluates n on inst: 1 valid, 0 invalid, -1 limit.  ev: annotations of
+ * the evaluated members/items, or NULL when nobody needs them.  The first
+ * pass (no reports, no annotations) takes a leaner walk. */
+static inline int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    return (!ev && !c->record) ? eval_quiet(c, n, inst) : eval_full(c, n, inst, ev);
+}
+
 
 /* The instance path is only needed for reports: without reporting it is
  * not maintained.  (Reporting is never switched on inside a region where
@@ -2472,7 +2619,15 @@ static size_t path_into(const vctx *c, char *buf, size_t cap)
     for (size_t i = 0; i < c->npath; i++) {
         PUT('/');
         if (c->path[i].key) {
-            for (const char *k = c->path[i].key; *k; k++) {
+            const char *key = c->path[i].key;
+            size_t kl = strcspn(key, "~/");
+            if (!key[kl]) { /* nothing to escape (the usual case) */
+                if (o < cap)
+                    memcpy(buf + o, key, o + kl < cap ? kl : cap - o);
+                o += kl;
+                continue;
+            }
+            for (const char *k = key; *k; k++) {
                 if (*k == '~') {
                     PUT('~');
                     PUT('0');
@@ -2500,28 +2655,64 @@ static size_t path_into(const vctx *c, char *buf, size_t cap)
     return o;
 }
 
-/* All strings of a violation live in one allocation that starts at
- * v->path (so freeing is one free). */
-static void free_violation(schema_violation *v)
+/* Scratch memory of a reporting pass: the strings of the violations found
+ * so far (bump-allocated, first from the context itself, then from heap
+ * chunks), released all at once when the validation ends.  The kept
+ * violations are copied into one block for the caller. */
+static void *scratch_alloc(vctx *c, size_t n)
 {
-    free(v->path);
-    memset(v, 0, sizeof *v);
+    n = (n + 7) & ~(size_t)7;
+    if (n > c->sleft) {
+        size_t cap = n > 16384 ? n : 16384;
+        vchunk *k = malloc(sizeof *k + cap);
+        if (!k)
+            return NULL;
+        k->next = c->chunks;
+        c->chunks = k;
+        c->sp = (char *)k->data;
+        c->sleft = cap;
+    }
+    void *p = c->sp;
+    c->sp += n;
+    c->sleft -= n;
+    return p;
 }
 
-/* Fills v from the pieces (copied).  kw may be NULL (location = loc). */
-static int pack_violation(schema_violation *v, const char *code, const char *path, const char *loc,
-                          const char *kw, const char *msg, const char *expected, const char *actual)
+static void scratch_free(vctx *c)
 {
-    size_t lp = strlen(path), ll = strlen(loc), lk = kw && *kw ? strlen(kw) + 1 : 0;
-    size_t lm = strlen(msg), le = expected ? strlen(expected) + 1 : 0;
-    size_t la = actual ? strlen(actual) + 1 : 0;
-    char *b = malloc(lp + 1 + ll + lk + 1 + lm + 1 + le + la);
+    vchunk *k = c->chunks;
+    while (k) {
+        vchunk *next = k->next;
+        free(k);
+        k = next;
+    }
+    c->chunks = NULL;
+    if (c->recs != c->recs_inl)
+        free(c->recs);
+    c->recs = NULL;
+}
+
+/* Fills v from the pieces (copied into the scratch memory).  kw may be
+ * NULL (location = loc).  -1 when out of memory. */
+static int pack_violation(vctx *c, vrec *r, const char *code, const char *path,
+                          size_t lp, const char *loc, const char *kw, const char *msg, size_t lm,
+                          const char *expected, const char *actual, size_t la)
+{
+    schema_violation *v = &r->v;
+    size_t ll = strlen(loc), lk = kw && *kw ? strlen(kw) + 1 : 0;
+    size_t le = expected ? strlen(expected) + 1 : 0;
+    size_t lal = actual ? la + 1 : 0;
+    r->blen = lp + 1 + ll + lk + 1 + lm + 1 + le + lal;
+    r->plen = lp;
+    r->klen = ll + lk;
+    char *b = scratch_alloc(c, r->blen);
     memset(v, 0, sizeof *v);
     if (!b)
         return -1;
     v->code = code;
     v->path = b;
-    memcpy(b, path, lp + 1);
+    memcpy(b, path, lp);
+    b[lp] = '\0';
     b += lp + 1;
     v->keyword_location = b;
     memcpy(b, loc, ll);
@@ -2533,7 +2724,8 @@ static int pack_violation(schema_violation *v, const char *code, const char *pat
     }
     b += ll + lk + 1;
     v->message = b;
-    memcpy(b, msg, lm + 1);
+    memcpy(b, msg, lm);
+    b[lm] = '\0';
     b += lm + 1;
     if (expected) {
         v->expected = b;
@@ -2543,25 +2735,27 @@ static int pack_violation(schema_violation *v, const char *code, const char *pat
     if (actual) {
         v->actual = b;
         memcpy(b, actual, la);
+        b[la] = '\0';
     }
     return 0;
 }
 
-static int push_rec(vctx *c, vrec *r)
+static int push_rec(vctx *c, const vrec *r)
 {
     if (c->nrec >= c->store_cap) {
         c->dropped++;
-        free_violation(&r->v);
         return 0;
     }
     if (c->nrec == c->caprec) {
-        size_t nc = c->caprec ? c->caprec * 2 : 16;
-        vrec *nr = realloc(c->recs, nc * sizeof *nr);
+        size_t nc = c->caprec * 2;
+        vrec *nr = c->recs == c->recs_inl ? malloc(nc * sizeof *nr)
+                                          : realloc(c->recs, nc * sizeof *nr);
         if (!nr) {
             c->dropped++;
-            free_violation(&r->v);
             return 0;
         }
+        if (c->recs == c->recs_inl)
+            memcpy(nr, c->recs_inl, c->nrec * sizeof *nr);
         c->recs = nr;
         c->caprec = nc;
     }
@@ -2569,8 +2763,101 @@ static int push_rec(vctx *c, vrec *r)
     return 0;
 }
 
+static inline size_t mput(char *buf, size_t cap, size_t o, const char *p, size_t l)
+{
+    if (o < cap)
+        memcpy(buf + o, p, o + l < cap ? l : cap - o);
+    return o + l;
+}
+
+/* vsnprintf for the conversions the messages use (%s %d %zu %llu %lld
+ * %%), without the stdio machinery, which costs more than the rest of a
+ * report.  Returns the length needed, or (size_t)-1 for any other
+ * conversion (the caller then uses vsnprintf). */
+static size_t msg_vformat(char *buf, size_t cap, const char *fmt, va_list ap)
+{
+    size_t o = 0;
+#define MPUT(ch) do { if (o + 1 < cap) buf[o] = (ch); o++; } while (0)
+#define MPUTS(p, l) (o = mput(buf, cap, o, (p), (l)))
+    for (const char *f = fmt; *f; f++) {
+        if (*f != '%') {
+            const char *e = strchrnul(f, '%');
+            MPUTS(f, (size_t)(e - f));
+            f = e - 1;
+            continue;
+        }
+        unsigned long long u;
+        int neg = 0;
+        f++;
+        if (f[0] == 's') {
+            const char *s = va_arg(ap, const char *);
+            if (!s)
+                s = "(null)";
+            MPUTS(s, strlen(s));
+            continue;
+        } else if (f[0] == '%') {
+            MPUT('%');
+            continue;
+        } else if (f[0] == 'd') {
+            int v = va_arg(ap, int);
+            neg = v < 0;
+            u = neg ? 0ull - (unsigned long long)(long long)v : (unsigned long long)v;
+        } else if (f[0] == 'z' && f[1] == 'u') {
+            u = va_arg(ap, size_t);
+            f++;
+        } else if (f[0] == 'l' && f[1] == 'l' && f[2] == 'u') {
+            u = va_arg(ap, unsigned long long);
+            f += 2;
+        } else if (f[0] == 'l' && f[1] == 'l' && f[2] == 'd') {
+            long long v = va_arg(ap, long long);
+            neg = v < 0;
+            u = neg ? 0ull - (unsigned long long)v : (unsigned long long)v;
+            f += 2;
+        } else {
+            return (size_t)-1;
+        }
+        char digits[24];
+        size_t nd = 0;
+        do {
+            digits[nd++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (neg)
+            MPUT('-');
+        while (nd)
+            MPUT(digits[--nd]);
+    }
+#undef MPUT
+#undef MPUTS
+    if (cap)
+        buf[o < cap ? o : cap - 1] = '\0';
+    return o;
+}
+
+/* A sketch of a violation: what report_branches() looks at (code, depth,
+ * expected), no text. */
+static int report_sketch(vctx *c, const char *code, const char *expected)
+{
+    vrec r;
+    memset(&r, 0, sizeof r);
+    r.depth = c->npath;
+    r.v.code = code;
+    if (expected) {
+        size_t le = strlen(expected) + 1;
+        r.v.expected = scratch_alloc(c, le);
+        if (!r.v.expected) {
+            c->dropped++;
+            return 0;
+        }
+        memcpy(r.v.expected, expected, le);
+    }
+    push_rec(c, &r);
+    return 0;
+}
+
 /* Records a violation (reporting pass only).  expected is borrowed.
- * Returns 0 so callers can `return report(...)`. */
+ * Returns 0 so callers can `return report(...)`.  c->record: 1 full
+ * reports, 2 sketches (while anyOf/oneOf branches are being compared). */
 static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
                   const char *expected, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
@@ -2582,20 +2869,40 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
         c->dropped++;
         return 0;
     }
+    if (c->record == 2)
+        return report_sketch(c, code, expected);
     char pbuf[512], mbuf[512], abuf[SNIPPET_MAX + 8];
     char *path = pbuf, *msg = mbuf;
     size_t pl = path_into(c, pbuf, sizeof pbuf);
-    if (pl >= sizeof pbuf && (path = malloc(pl + 1)) != NULL)
-        path_into(c, path, pl + 1);
+    if (pl >= sizeof pbuf) {
+        path = scratch_alloc(c, pl + 1);
+        if (path)
+            path_into(c, path, pl + 1);
+        else
+            pl = 0;
+    }
     va_list ap;
     va_start(ap, fmt);
-    int ml = vsnprintf(mbuf, sizeof mbuf, fmt, ap);
+    size_t ml = msg_vformat(mbuf, sizeof mbuf, fmt, ap);
     va_end(ap);
-    if (ml >= (int)sizeof mbuf && (msg = malloc((size_t)ml + 1)) != NULL) {
+    if (ml == (size_t)-1) {
         va_start(ap, fmt);
-        vsnprintf(msg, (size_t)ml + 1, fmt, ap);
+        int r = vsnprintf(mbuf, sizeof mbuf, fmt, ap);
+        va_end(ap);
+        ml = r < 0 ? 0 : (size_t)r;
+        if (ml >= sizeof mbuf && (msg = scratch_alloc(c, ml + 1)) != NULL) {
+            va_start(ap, fmt);
+            vsnprintf(msg, ml + 1, fmt, ap);
+            va_end(ap);
+        }
+    } else if (ml >= sizeof mbuf && (msg = scratch_alloc(c, ml + 1)) != NULL) {
+        va_start(ap, fmt);
+        msg_vformat(msg, ml + 1, fmt, ap);
         va_end(ap);
     }
+    if (!msg)
+        ml = 0;
+    size_t al = 0;
     if (inst) {
         jw w = { abuf, 0, SNIPPET_MAX, 0 };
         jw_value(&w, inst, 0);
@@ -2603,19 +2910,15 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
             memcpy(abuf + w.len, "...", 3);
             w.len += 3;
         }
-        abuf[w.len] = '\0';
+        al = w.len;
     }
     vrec r;
     r.depth = c->npath;
-    if (pack_violation(&r.v, code, path ? path : "", n->loc, kw, msg ? msg : "", expected,
-                       inst ? abuf : NULL) == 0)
+    if (pack_violation(c, &r, code, path ? path : "", pl, n->loc, kw, msg ? msg : "", ml,
+                       expected, inst ? abuf : NULL, al) == 0)
         push_rec(c, &r);
     else
         c->dropped++;
-    if (path != pbuf)
-        free(path);
-    if (msg != mbuf)
-        free(msg);
     return 0;
 }
 
@@ -2683,7 +2986,7 @@ static int inst_types(const cJSON *v)
     case cJSON_Array: return T_ARRAY;
     case cJSON_String: return T_STRING;
     case cJSON_Number:
-        return (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble))
+        return is_integral(v->valuedouble)
                    ? (T_NUMBER | T_INTEGER) : T_NUMBER;
     default: return 0;
     }
@@ -2723,10 +3026,12 @@ static void type_list(int types, char *buf, size_t n)
     size_t len = 0;
     for (size_t i = 0; i < k; i++) {
         const char *sep = i == 0 ? "" : (i + 1 == k ? " or " : ", ");
-        int w = snprintf(buf + len, n - len, "%s%s", sep, items[i]);
-        if (w < 0 || (size_t)w >= n - len)
-            break;
-        len += (size_t)w;
+        size_t ls = strlen(sep), li = strlen(items[i]);
+        if (len + ls + li >= n)
+            break; /* an item fits whole or not at all */
+        memcpy(buf + len, sep, ls);
+        memcpy(buf + len + ls, items[i], li + 1);
+        len += ls + li;
     }
     if (k == 0)
         snprintf(buf, n, "nothing");
@@ -2930,21 +3235,108 @@ COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
            inst_type_name(inst));
 }
 
+/* cJSON type (one bit) -> T_ bit; integers are told apart separately */
+static const uint8_t JT_TYPE[256] = {
+    [cJSON_False] = T_BOOLEAN, [cJSON_True] = T_BOOLEAN, [cJSON_NULL] = T_NULL,
+    [cJSON_Number] = T_NUMBER, [cJSON_String] = T_STRING, [cJSON_Array] = T_ARRAY,
+    [cJSON_Object] = T_OBJECT,
+};
+
 static inline int type_ok(int types, const cJSON *v)
 {
-    switch (JT(v)) {
-    case cJSON_Object: return (types & T_OBJECT) != 0;
-    case cJSON_Array: return (types & T_ARRAY) != 0;
-    case cJSON_String: return (types & T_STRING) != 0;
-    case cJSON_Number:
-        if (types & T_NUMBER)
+    int t = JT_TYPE[JT(v)];
+    if (types & t)
+        return 1;
+    return t == T_NUMBER && (types & T_INTEGER) && is_integral(v->valuedouble);
+}
+
+static int enum_has(const node *n, const cJSON *inst)
+{
+    if (IS_STRING(inst) && n->n_enum_strs <= 32) {
+        /* a string equals only a string member: compare those directly */
+        const char *x = inst->valuestring;
+        for (size_t i = 0; i < n->n_enum_strs; i++)
+            if (n->enum_strs[i][0] == x[0] && str_eq(n->enum_strs[i], x))
+                return 1;
+        return 0;
+    }
+    if (n->n_enum <= 8) {
+        for (const cJSON *e = n->enum_vals->child; e; e = e->next)
+            if (json_equal(inst, e))
+                return 1;
+        return 0;
+    }
+    uint64_t h = json_hash(inst);
+    size_t i = 0;
+    for (const cJSON *e = n->enum_vals->child; e; e = e->next, i++)
+        if (n->enum_h[i] == h && json_equal(inst, e))
             return 1;
-        return (types & T_INTEGER) && isfinite(v->valuedouble) &&
-               v->valuedouble == floor(v->valuedouble);
-    case cJSON_True:
-    case cJSON_False: return (types & T_BOOLEAN) != 0;
-    case cJSON_NULL: return (types & T_NULL) != 0;
-    default: return 0;
+    return 0;
+}
+
+NOINLINE static int str_fast(vctx *c, const node *n, uint64_t m, const cJSON *inst)
+{
+    size_t len = strlen(inst->valuestring);
+    long long cps = utf8_count(inst->valuestring, len);
+    if (cps < 0)
+        return 0;
+    if ((m & KB(K_MIN_LENGTH)) && (uint64_t)cps < n->min_length)
+        return 0;
+    if ((m & KB(K_MAX_LENGTH)) && (uint64_t)cps > n->max_length)
+        return 0;
+    if ((m & KB(K_FORMAT)) && !schema_format_check(n->fmt, inst->valuestring, len))
+        return 0;
+    if (m & KB(K_PATTERN))
+        return rx_match(c, n->pattern, inst->valuestring, len, n, "pattern");
+    return 1;
+}
+
+static inline int num_fast(const node *n, uint64_t m, double x)
+{
+    if ((m & KB(K_MAXIMUM)) && !(x <= n->maximum))
+        return 0;
+    if ((m & KB(K_MINIMUM)) && !(x >= n->minimum))
+        return 0;
+    if ((m & KB(K_XMAXIMUM)) && !(x < n->xmaximum))
+        return 0;
+    if ((m & KB(K_XMINIMUM)) && !(x > n->xminimum))
+        return 0;
+    if ((m & KB(K_MULTIPLE_OF)) && !is_multiple(x, n->multiple_of, &n->multiple_dec))
+        return 0;
+    return 1;
+}
+
+static inline int cnt_fast(const node *n, uint64_t m, const cJSON *inst)
+{
+    uint64_t cnt = json_count(inst);
+    if (IS_ARRAY(inst))
+        return !((m & KB(K_MIN_ITEMS)) && cnt < n->min_items) &&
+               !((m & KB(K_MAX_ITEMS)) && cnt > n->max_items);
+    return !((m & KB(K_MIN_PROPS)) && cnt < n->min_props) &&
+           !((m & KB(K_MAX_PROPS)) && cnt > n->max_props);
+}
+
+/* All keywords of a `fast` leaf at once, by instance type rather than in
+ * keyword order, and without reporting.  1 when every one holds; -1 when
+ * the pattern (checked last, so everything else held and the ordered walk
+ * would have come to it too) hit a limit; 0 otherwise: the caller then
+ * takes the ordered walk, which finds and reports the failures. */
+static inline __attribute__((always_inline)) int leaf_fast(vctx *c, const node *n,
+                                                            const cJSON *inst)
+{
+    uint64_t m = n->kwmask;
+    if ((m & KB(K_TYPE)) && !type_ok(n->types, inst))
+        return 0;
+    if ((m & KB(K_CONST)) && !json_equal(inst, n->const_val))
+        return 0;
+    if ((m & KB(K_ENUM)) && !enum_has(n, inst))
+        return 0;
+    switch (JT(inst)) {
+    case cJSON_String: return (m & KM_STR) ? str_fast(c, n, m, inst) : 1;
+    case cJSON_Number: return (m & KM_NUM) ? num_fast(n, m, inst->valuedouble) : 1;
+    case cJSON_Array:
+    case cJSON_Object: return (m & KM_CNT) ? cnt_fast(n, m, inst) : 1;
+    default: return 1;
     }
 }
 
@@ -2996,6 +3388,11 @@ static inline __attribute__((always_inline)) int eval_child(vctx *c, const node 
                                                              const cJSON *inst)
 {
     if (n->leaf) {
+        if (n->fast) {
+            int r = leaf_fast(c, n, inst);
+            if (r)
+                return r;
+        }
         int ok = 1;
         for (int i = 0; i < n->norder; i++) {
             int r = assert_kw(c, n, n->order[i], inst);
@@ -3112,6 +3509,20 @@ NOINLINE static int kw_unique(vctx *c, const node *n, const cJSON *inst)
     size_t cnt = json_count(inst);
     if (cnt < 2)
         return 1;
+    if (cnt <= 8) {
+        /* small arrays: pairwise, in the order that finds the same pair as
+         * the sorted scan below (the smallest second index, then the
+         * smallest first one) */
+        size_t b = 1;
+        for (const cJSON *y = inst->child->next; y; y = y->next, b++) {
+            size_t a = 0;
+            for (const cJSON *x = inst->child; x != y; x = x->next, a++)
+                if (json_equal(x, y))
+                    return report(c, n, "uniqueItems", SCHEMA_NOT_UNIQUE, NULL, NULL,
+                                  "array items %zu and %zu are equal; items must be unique", a, b);
+        }
+        return 1;
+    }
     hidx inl[32];
     hidx *hs = cnt <= 32 ? inl : malloc(cnt * sizeof *hs);
     if (!hs)
@@ -3161,6 +3572,19 @@ static const prop_ent *prop_find(const node *n, const char *name)
     return NULL;
 }
 
+/* The entry of member `name` of an instance object.  *cur: the entry
+ * expected next in schema order (LLMs mostly emit keys in that order, and
+ * one comparison is cheaper than hashing the name). */
+static inline const prop_ent *member_ent(const node *n, const char *name, size_t *cur)
+{
+    if (*cur < n->n_props && strcmp(n->ordv[*cur].name, name) == 0)
+        return &n->ordv[(*cur)++];
+    const prop_ent *pe = prop_find(n, name);
+    if (pe && pe->schema)
+        *cur = pe->ord + 1;
+    return pe;
+}
+
 static int unexpected(vctx *c, const node *sub, const cJSON *m, const char *why)
 {
     push_key(c, m->string);
@@ -3184,18 +3608,11 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
     uint64_t req_seen = 0;
     size_t req_found = 0;
     int check_req = n->req_in_props && !c->record;
-    size_t cur = 0; /* LLMs mostly emit keys in schema order: try that first */
+    size_t cur = 0;
     for (const cJSON *m = inst->child; m; m = m->next, i++) {
         int matched = 0;
         if (n->props) {
-            const prop_ent *pe;
-            if (cur < n->n_props && strcmp(n->ordered[cur]->name, m->string) == 0) {
-                pe = n->ordered[cur++];
-            } else {
-                pe = prop_find(n, m->string);
-                if (pe && pe->schema)
-                    cur = pe->ord + 1;
-            }
+            const prop_ent *pe = member_ent(n, m->string, &cur);
             if (check_req && pe && pe->req >= 0 && !(req_seen & (1ull << pe->req))) {
                 req_seen |= 1ull << pe->req;
                 req_found++;
@@ -3280,6 +3697,36 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
     return ok;
 }
 
+/* kw_props for the first pass (no reporting, no annotations) of a node
+ * without patternProperties: the same answer with less bookkeeping. */
+NOINLINE static int kw_props_quiet(vctx *c, const node *n, const cJSON *inst)
+{
+    uint64_t req_seen = 0;
+    size_t cur = 0;
+    for (const cJSON *m = inst->child; m; m = m->next) {
+        const node *sub = NULL;
+        if (n->props) {
+            const prop_ent *pe = member_ent(n, m->string, &cur);
+            if (pe) {
+                req_seen |= pe->reqbit;
+                sub = pe->schema;
+            }
+        }
+        if (!sub) {
+            sub = n->additional;
+            if (!sub)
+                continue;
+        }
+        /* a false schema fails in eval() as it does in unexpected() */
+        int r = eval_child(c, sub, m);
+        if (r != 1)
+            return r;
+    }
+    if (n->req_in_props && req_seen != n->req_all)
+        return 0;
+    return 1;
+}
+
 NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_OBJECT(inst))
@@ -3287,9 +3734,9 @@ NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
     evset seen;
     if (ev_init(&seen, n->n_required) < 0)
         return limit(c, "out of memory checking required");
-    size_t found = 0;
+    size_t found = 0, cur = 0;
     for (const cJSON *m = inst->child; m && found < n->n_required; m = m->next) {
-        const prop_ent *pe = prop_find(n, m->string);
+        const prop_ent *pe = member_ent(n, m->string, &cur);
         if (pe && pe->req >= 0 && !ev_get(&seen, (size_t)pe->req)) {
             ev_set(&seen, (size_t)pe->req);
             found++;
@@ -3377,20 +3824,19 @@ NOINLINE static int kw_property_names(vctx *c, const node *n, const cJSON *inst)
         ok = 0;
         if (!c->record)
             return 0;
-        for (size_t i = mark; i < c->nrec; i++) {
+        for (size_t i = mark; i < c->nrec && c->record == 1; i++) {
+            /* the other strings stay where they are (scratch memory) */
             schema_violation *v = &c->recs[i].v;
-            size_t need = strlen(v->message) + strlen(m->string) + 32;
-            char *msg = malloc(need);
-            schema_violation nv;
+            size_t lk = strlen(m->string), lm = strlen(v->message);
+            char *msg = scratch_alloc(c, lk + lm + 20);
             if (!msg)
                 continue;
-            snprintf(msg, need, "property name \"%s\": %s", m->string, v->message);
-            if (pack_violation(&nv, v->code, v->path, v->keyword_location, NULL, msg, v->expected,
-                               v->actual) == 0) {
-                free_violation(v);
-                *v = nv;
-            }
-            free(msg);
+            memcpy(msg, "property name \"", 15);
+            memcpy(msg + 15, m->string, lk);
+            memcpy(msg + 15 + lk, "\": ", 3);
+            memcpy(msg + 18 + lk, v->message, lm + 1);
+            v->message = msg;
+            c->recs[i].blen = 0; /* no longer in one piece */
         }
     }
     return ok;
@@ -3434,26 +3880,15 @@ NOINLINE static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *in
         return report(c, n, "const", SCHEMA_CONST_MISMATCH, inst, n->const_text,
                       "value must be %s", n->const_text);
     }
-    if (n->n_enum <= 8) {
-        for (const cJSON *e = n->enum_vals->child; e; e = e->next)
-            if (json_equal(inst, e))
-                return 1;
-    } else {
-        uint64_t h = json_hash(inst);
-        size_t i = 0;
-        for (const cJSON *e = n->enum_vals->child; e; e = e->next, i++)
-            if (n->enum_h[i] == h && json_equal(inst, e))
-                return 1;
-    }
+    if (enum_has(n, inst))
+        return 1;
     return report(c, n, "enum", SCHEMA_ENUM_MISMATCH, inst, n->enum_text,
                   "value must be one of %s", n->enum_text);
 }
 
 static void drop_recs(vctx *c, size_t from)
 {
-    for (size_t i = from; i < c->nrec; i++)
-        free_violation(&c->recs[i].v);
-    c->nrec = from;
+    c->nrec = from; /* their strings go with the scratch memory */
 }
 
 /* Adds the names of a `type` expected text to a type bitmask. */
@@ -3495,9 +3930,12 @@ static char *types_json(int types)
 }
 
 /* After every branch of anyOf/oneOf failed in the reporting pass: keep the
- * most useful report.  Branches [starts[i], starts[i+1]) of c->recs. */
-static void report_branches(vctx *c, const node *n, const char *kw, const cJSON *inst, size_t base,
-                            const size_t *ends, size_t nb)
+ * most useful report.  Branches [starts[i], starts[i+1]) of c->recs.
+ * sketch: the branch records are sketches (see report()); then the closest
+ * branch is not kept but returned, for the caller to evaluate again with
+ * full reports.  -1 when no branch is to be evaluated again. */
+static long report_branches(vctx *c, const node *n, const char *kw, const cJSON *inst, size_t base,
+                            const size_t *ends, size_t nb, int sketch)
 {
     size_t depth0 = c->npath;
     /* 1. every branch failed on just the type, or just a const/enum:
@@ -3528,7 +3966,7 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         report(c, n, kwbuf, SCHEMA_WRONG_TYPE, inst, tj, "expected %s, got %s", list,
                inst_type_name(inst));
         free(tj);
-        return;
+        return -1;
     }
     if (all_const && nb > 0) {
         cJSON *vals = cJSON_CreateArray();
@@ -3549,7 +3987,7 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         report(c, n, kwbuf, SCHEMA_ENUM_MISMATCH, inst, text, "value must be one of %s",
                text ? text : "the listed values");
         free(text);
-        return;
+        return -1;
     }
     /* 2. the closest branch: not disqualified by a wrong type or a failed
      *    const/enum discriminator (on the value or a direct property),
@@ -3576,25 +4014,21 @@ static void report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         }
     }
     size_t bs = best ? ends[best - 1] : base, be = ends[best];
-    size_t nkeep = be - bs;
-    vrec *keep = nkeep ? malloc(nkeep * sizeof *keep) : NULL;
+    size_t nkeep = sketch ? 0 : be - bs;
+    vrec *keep = nkeep ? scratch_alloc(c, nkeep * sizeof *keep) : NULL;
     if (nkeep && !keep) {
         drop_recs(c, base);
-        return;
+        return -1;
     }
-    if (nkeep) {
+    if (nkeep)
         memcpy(keep, c->recs + bs, nkeep * sizeof *keep);
-        /* detach the kept ones so drop_recs does not free them */
-        for (size_t j = bs; j < be; j++)
-            memset(&c->recs[j].v, 0, sizeof c->recs[j].v);
-    }
     drop_recs(c, base);
     report(c, n, kwbuf, SCHEMA_NO_MATCH, NULL, NULL,
            "value matches none of the %zu alternatives of %s; the closest is #%zu, whose errors follow",
            nb, kw, best);
     for (size_t j = 0; j < nkeep; j++)
         push_rec(c, &keep[j]);
-    free(keep);
+    return sketch ? (long)best : -1;
 }
 
 NOINLINE static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset *ev)
@@ -3649,19 +4083,43 @@ NOINLINE static int kw_branches(vctx *c, const node *n, int one, const cJSON *in
     size_t *ends = nb <= 8 ? ends_inl : malloc(nb * sizeof *ends);
     if (!ends)
         return limit(c, "out of memory");
-    size_t base = c->nrec;
-    for (size_t i = 0; i < nb; i++) {
-        int r = eval(c, br[i], inst, NULL);
+    size_t base = c->nrec, dropped0 = c->dropped;
+    /* Most of what the branches report is thrown away: with full reports
+     * on, the branches are first walked with sketches only (what the
+     * choice needs), then the chosen one again with full reports.  Should
+     * the sketches hit a limit or the store cap, the plain way is taken,
+     * so that the outcome is always the same. */
+    int sketch = c->record == 1;
+    for (;;) {
+        if (sketch)
+            c->record = 2;
+        int r = 1;
+        for (size_t i = 0; i < nb; i++) {
+            r = eval(c, br[i], inst, NULL);
+            if (r < 0)
+                break;
+            ends[i] = c->nrec;
+        }
+        if (sketch)
+            c->record = 1;
+        if (sketch && (r < 0 || c->dropped != dropped0)) {
+            drop_recs(c, base);
+            c->dropped = dropped0;
+            sketch = 0;
+            continue;
+        }
         if (r < 0) {
             if (ends != ends_inl)
                 free(ends);
             return -1;
         }
-        ends[i] = c->nrec;
+        break;
     }
-    report_branches(c, n, kw, inst, base, ends, nb);
+    long again = report_branches(c, n, kw, inst, base, ends, nb, sketch);
     if (ends != ends_inl)
         free(ends);
+    if (again >= 0 && eval(c, br[again], inst, NULL) < 0)
+        return -1;
     return 0;
 }
 
@@ -3776,7 +4234,7 @@ found:
 }
 
 
-static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
+static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (n->boolean) {
         if (n->boolean == B_TRUE)
@@ -3785,6 +4243,11 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
     }
     if (n->leaf) {
         /* only assertions: no recursion, scope or annotations to manage */
+        if (n->fast) {
+            int r = leaf_fast(c, n, inst);
+            if (r)
+                return r;
+        }
         int ok = 1;
         for (int i = 0; i < n->norder; i++) {
             int r = assert_kw(c, n, n->order[i], inst);
@@ -3831,7 +4294,14 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
         case K_DYNREF: r = kw_dynref(c, n, inst, use); break;
         case K_ITEMS: r = kw_items(c, n, inst, use); break;
         case K_CONTAINS: r = kw_contains(c, n, inst, use); break;
-        case K_PROPS: r = kw_props(c, n, inst, use); break;
+        case K_PROPS:
+            if (!IS_OBJECT(inst))
+                r = 1;
+            else if (!c->record && !use && !n->n_pats)
+                r = kw_props_quiet(c, n, inst);
+            else
+                r = kw_props(c, n, inst, use);
+            break;
         case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, use); break;
         case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;
         case K_ALL_OF: {
@@ -3879,6 +4349,58 @@ static int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
     return ok;
 }
 
+/* eval_full() without reports or annotations, for the usual nodes (no
+ * unevaluated*, no dynamic scope): the same answer with less to carry. */
+static int eval_quiet(vctx *c, const node *n, const cJSON *inst)
+{
+    if (n->leaf) {
+        if (n->fast) {
+            int r = leaf_fast(c, n, inst);
+            if (r)
+                return r;
+        }
+        for (int i = 0; i < n->norder; i++) {
+            int r = assert_kw(c, n, n->order[i], inst);
+            if (r <= 0)
+                return r;
+        }
+        return 1;
+    }
+    if (n->boolean || n->uneval || c->s->dynamic || c->depth >= MAX_EVAL_DEPTH)
+        return eval_full(c, n, inst, NULL);
+    c->depth++;
+    int r = 1;
+    for (int i = 0; i < n->norder && r == 1; i++) {
+        int k = n->order[i];
+        switch (k) {
+        case K_TYPE: r = type_ok(n->types, inst); break;
+        case K_REF: r = eval_quiet(c, n->ref, inst); break;
+        case K_DYNREF: r = kw_dynref(c, n, inst, NULL); break;
+        case K_ITEMS: r = kw_items(c, n, inst, NULL); break;
+        case K_CONTAINS: r = kw_contains(c, n, inst, NULL); break;
+        case K_PROPS:
+            if (!IS_OBJECT(inst))
+                r = 1;
+            else
+                r = n->n_pats ? kw_props(c, n, inst, NULL) : kw_props_quiet(c, n, inst);
+            break;
+        case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, NULL); break;
+        case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;
+        case K_ALL_OF:
+            for (size_t j = 0; j < n->n_all_of && r == 1; j++)
+                r = eval_quiet(c, n->all_of[j], inst);
+            break;
+        case K_ANY_OF: r = kw_branches(c, n, 0, inst, NULL); break;
+        case K_ONE_OF: r = kw_branches(c, n, 1, inst, NULL); break;
+        case K_NOT: r = kw_not(c, n, inst); break;
+        case K_IF: r = kw_if(c, n, inst, NULL); break;
+        default: r = assert_kw(c, n, k, inst); break;
+        }
+    }
+    c->depth--;
+    return r;
+}
+
 static void vctx_init(vctx *c, const schema *s, int record)
 {
     c->s = s;
@@ -3886,28 +4408,83 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->depth = 0;
     c->npath = 0;
     c->nscope = 0;
-    c->recs = NULL;
-    c->nrec = c->caprec = c->dropped = 0;
+    c->recs = c->recs_inl;
+    c->nrec = c->dropped = 0;
+    c->caprec = sizeof c->recs_inl / sizeof c->recs_inl[0];
     c->store_cap = s->max_violations * 8 + 256;
+    c->sp = (char *)c->scratch_inl;
+    c->sleft = sizeof c->scratch_inl;
+    c->chunks = NULL;
     c->str_inst = NULL;
     c->rx_calls = 0;
     c->rx_start_ms = 0;
     c->limit_msg[0] = '\0';
 }
 
+static size_t opt_len(const char *s)
+{
+    return s ? strlen(s) + 1 : 0;
+}
+
+/* Copies the violations of recs into one allocation: the items, then all
+ * their strings (so schema_violations_clear frees one block).  NULL when
+ * out of memory. */
+static schema_violation *pack_output(const vrec *recs, size_t n)
+{
+    size_t bytes = n * sizeof(schema_violation);
+    for (size_t i = 0; i < n; i++) {
+        const schema_violation *x = &recs[i].v;
+        bytes += recs[i].blen ? recs[i].blen
+                              : opt_len(x->path) + opt_len(x->keyword_location) + opt_len(x->message) +
+                                    opt_len(x->expected) + opt_len(x->actual);
+    }
+    schema_violation *items = malloc(bytes);
+    if (!items)
+        return NULL;
+    char *b = (char *)(items + n);
+    for (size_t i = 0; i < n; i++) {
+        const schema_violation *x = &recs[i].v;
+        schema_violation *y = &items[i];
+        y->code = x->code;
+        if (recs[i].blen) {
+            /* one piece: copy it and move the pointers along */
+            memcpy(b, x->path, recs[i].blen);
+            y->path = b;
+            y->keyword_location = b + (x->keyword_location - x->path);
+            y->message = b + (x->message - x->path);
+            y->expected = x->expected ? b + (x->expected - x->path) : NULL;
+            y->actual = x->actual ? b + (x->actual - x->path) : NULL;
+            b += recs[i].blen;
+            continue;
+        }
+        char **dst[5] = { &y->path, &y->keyword_location, &y->message, &y->expected, &y->actual };
+        const char *src[5] = { x->path, x->keyword_location, x->message, x->expected, x->actual };
+        for (int k = 0; k < 5; k++) {
+            if (!src[k]) {
+                *dst[k] = NULL;
+                continue;
+            }
+            size_t l = strlen(src[k]) + 1;
+            memcpy(b, src[k], l);
+            *dst[k] = b;
+            b += l;
+        }
+    }
+    return items;
+}
+
 static void set_limit_violation(schema_violations *out, const char *msg)
 {
     schema_violations_clear(out);
-    out->items = calloc(1, sizeof *out->items);
-    if (!out->items)
-        return;
-    if (pack_violation(&out->items[0], SCHEMA_LIMIT_EXCEEDED, "", "", NULL,
-                       msg[0] ? msg : "validation limit exceeded", NULL, NULL) < 0) {
-        free(out->items);
-        out->items = NULL;
-        return;
-    }
-    out->count = out->total = 1;
+    vrec r;
+    memset(&r, 0, sizeof r); /* blen 0: strings anywhere */
+    r.v.code = SCHEMA_LIMIT_EXCEEDED;
+    r.v.path = "";
+    r.v.keyword_location = "";
+    r.v.message = (char *)(msg[0] ? msg : "validation limit exceeded");
+    out->items = pack_output(&r, 1);
+    if (out->items)
+        out->count = out->total = 1;
 }
 
 int schema_validate(const schema *s, const cJSON *instance, schema_violations *out)
@@ -3936,8 +4513,9 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
          * the list may be incomplete. */
         vrec lim;
         lim.depth = 0;
-        if (pack_violation(&lim.v, SCHEMA_LIMIT_EXCEEDED, "", "", NULL,
-                           c.limit_msg[0] ? c.limit_msg : "validation limit exceeded", NULL, NULL) == 0) {
+        const char *msg = c.limit_msg[0] ? c.limit_msg : "validation limit exceeded";
+        if (pack_violation(&c, &lim, SCHEMA_LIMIT_EXCEEDED, "", 0, "", NULL, msg, strlen(msg),
+                           NULL, NULL, 0) == 0) {
             c.store_cap = SIZE_MAX;
             push_rec(&c, &lim);
         }
@@ -3950,15 +4528,13 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
         int dup = 0;
         for (size_t j = 0; j < u && !dup; j++) {
             const schema_violation *y = &c.recs[j].v;
-            dup = strcmp(x->code, y->code) == 0 && x->path && y->path && strcmp(x->path, y->path) == 0 &&
-                  x->keyword_location && y->keyword_location &&
-                  strcmp(x->keyword_location, y->keyword_location) == 0;
+            dup = c.recs[i].plen == c.recs[j].plen && c.recs[i].klen == c.recs[j].klen &&
+                  (x->code == y->code || strcmp(x->code, y->code) == 0) &&
+                  memcmp(x->path, y->path, c.recs[i].plen) == 0 &&
+                  memcmp(x->keyword_location, y->keyword_location, c.recs[i].klen) == 0;
         }
-        if (dup) {
-            free_violation(&c.recs[i].v);
-            continue;
-        }
-        c.recs[u++] = c.recs[i];
+        if (!dup)
+            c.recs[u++] = c.recs[i];
     }
     c.nrec = u;
     size_t keep = c.nrec < s->max_violations ? c.nrec : s->max_violations;
@@ -3969,16 +4545,12 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
         c.recs[c.nrec - 1] = tmp;
     }
     schema_violations_clear(out);
-    out->items = keep ? calloc(keep, sizeof *out->items) : NULL;
+    out->items = keep ? pack_output(c.recs, keep) : NULL;
     if (keep && !out->items)
         keep = 0;
-    for (size_t i = 0; i < keep; i++)
-        out->items[i] = c.recs[i].v;
-    for (size_t i = keep; i < c.nrec; i++)
-        free_violation(&c.recs[i].v);
     out->count = keep;
     out->total = c.nrec + c.dropped;
-    free(c.recs);
+    scratch_free(&c);
     return 1;
 }
 
@@ -3986,9 +4558,7 @@ void schema_violations_clear(schema_violations *v)
 {
     if (!v)
         return;
-    for (size_t i = 0; i < v->count; i++)
-        free_violation(&v->items[i]);
-    free(v->items);
+    free(v->items); /* the strings are in the same block */
     memset(v, 0, sizeof *v);
 }
 

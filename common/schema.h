@@ -80,13 +80,16 @@ typedef struct schema_options {
  *   the one with the fewest violations.
  * - order: schema keyword order within a schema object, instance member
  *   order within properties; identical entries are reported once.
- * - the strings of one violation share one allocation: never free or
- *   realloc a field; schema_violations_clear() releases everything.
+ * - the violations of a list and their strings share one allocation:
+ *   never free or realloc a field; schema_violations_clear() releases
+ *   everything.
  * - validation does not allocate when out == NULL, except for scratch
  *   bitsets/hashes on large inputs (unevaluated* over more than 64 members
  *   or items, uniqueItems over more than 32 items, more than 64 required
- *   names); it is bounded to 512 nested schema evaluations and needs under
- *   256 KB of stack at that depth. */
+ *   names); with out, an invalid instance costs one allocation for the
+ *   list, plus scratch memory when the violations found take more than
+ *   about 4 KB or number more than 32.  It is bounded to 512 nested schema
+ *   evaluations and needs under 256 KB of stack at that depth. */
 typedef struct schema_violation {
     char *path;             /* instance location, JSON Pointer ("" = root) */
     char *keyword_location; /* schema location, e.g. "/properties/a/type" */

@@ -29,6 +29,8 @@ typedef struct simple_re {
     int n;
     int anchored_end; /* pattern ends with $ */
     simple_el el[SIMPLE_MAX];
+    uint32_t tab[256]; /* bit k: the byte is in the class of el[k] (bytes
+                          >= 0x80 are in none: see nonascii) */
 } simple_re;
 
 struct schema_regex {
@@ -522,6 +524,10 @@ static int simple_parse(const char *p, simple_re *r)
         if (*p == '?' || *p == '+' || *p == '*' || *p == '{')
             return -1; /* lazy or stacked quantifiers */
     }
+    for (int k = 0; k < r->n; k++)
+        for (int ch = 0; ch < 0x80; ch++)
+            if ((r->el[k].bits[ch >> 6] >> (ch & 63)) & 1)
+                r->tab[ch] |= 1u << k;
     /* greedy is exact when no variable-length element can take a character
      * that what may follow it needs */
     for (int i = 0; i < r->n; i++) {
@@ -545,6 +551,17 @@ static int simple_match(const simple_re *r, const char *str, size_t len)
     size_t i = 0;
     for (int k = 0; k < r->n; k++) {
         const simple_el *e = &r->el[k];
+        if (!e->nonascii) {
+            /* ASCII members only: one byte per character (a byte >= 0x80
+             * is in no class of tab) */
+            size_t lim = len - i > e->max ? i + e->max : len, start = i;
+            uint32_t bit = 1u << k;
+            while (i < lim && (r->tab[s[i]] & bit))
+                i++;
+            if (i - start < e->min)
+                return 0;
+            continue;
+        }
         unsigned cnt = 0;
         while (cnt < e->max && i < len) {
             unsigned char c = s[i];

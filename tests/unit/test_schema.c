@@ -824,6 +824,120 @@ static void test_limit_after_known_invalid(void **state)
     schema_free(s);
 }
 
+/* A leaf schema is first checked all at once; the answer must still be the
+ * one of the keywords taken in schema order: a pattern that hits its limit
+ * before a failing maxLength makes the validation fail with -1, after it
+ * the instance is plainly invalid. */
+static void test_keyword_order_with_limit(void **state)
+{
+    (void)state;
+    cJSON *inst = cJSON_CreateString("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!");
+    schema *first = compile_text("{\"pattern\":\"^(\\\\w+\\\\s?)*$\",\"maxLength\":3}", NULL);
+    schema *last = compile_text("{\"maxLength\":3,\"pattern\":\"^(\\\\w+\\\\s?)*$\"}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(schema_validate(first, inst, NULL), -1);
+    assert_int_equal(schema_validate(first, inst, &v), -1);
+    assert_string_equal(v.items[0].code, SCHEMA_LIMIT_EXCEEDED);
+    schema_violations_clear(&v);
+    assert_int_equal(schema_validate(last, inst, NULL), 1);
+    assert_int_equal(schema_validate(last, inst, &v), 1);
+    assert_true(v.count == 2);
+    assert_string_equal(v.items[0].code, SCHEMA_TOO_LONG);
+    assert_string_equal(v.items[1].code, SCHEMA_LIMIT_EXCEEDED);
+    schema_violations_clear(&v);
+    schema_free(first);
+    schema_free(last);
+    cJSON_Delete(inst);
+}
+
+/* Long texts (past the stack buffers of a report) and more violations
+ * than fit in the first scratch block: every string must come out whole. */
+static void test_long_and_many_violations(void **state)
+{
+    (void)state;
+    char key[701], *text = malloc(4096);
+    memset(key, 'k', 700);
+    key[700] = '\0';
+    schema *s = compile_text("{\"propertyNames\":{\"maxLength\":600},"
+                             "\"properties\":{\"a\":{}},\"additionalProperties\":false}", NULL);
+    snprintf(text, 4096, "{\"a\":1,\"%s\":2}", key);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, text, &v), 1);
+    assert_int_equal(v.count, 2);
+    /* propertyNames comes first in schema order; its message names the key */
+    assert_string_equal(v.items[0].code, SCHEMA_TOO_LONG);
+    assert_int_equal(strlen(v.items[0].path), 701);
+    assert_true(strncmp(v.items[0].message, "property name \"kkk", 18) == 0);
+    assert_non_null(strstr(v.items[0].message, "\": string has 700 characters, more than the maximum length 600"));
+    assert_string_equal(v.items[1].code, SCHEMA_UNEXPECTED_FIELD);
+    assert_int_equal(strlen(v.items[1].path), 701);
+    assert_int_equal(strlen(v.items[1].message), 700 + strlen("property \"\" is not allowed"));
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    schema_options o = { SCHEMA_DRAFT_2020_12, 0, 200 };
+    s = compile_text("{\"items\":{\"type\":\"integer\"}}", &o);
+    size_t len = 0;
+    len += (size_t)snprintf(text + len, 4096 - len, "[");
+    for (int i = 0; i < 40; i++)
+        len += (size_t)snprintf(text + len, 4096 - len, "%s\"%04d-%s\"", i ? "," : "", i,
+                                "0123456789012345678901234567890123456789012345678901234567890123456789");
+    snprintf(text + len, 4096 - len, "]");
+    assert_int_equal(check(s, text, &v), 1);
+    assert_int_equal(v.count, 40);
+    assert_int_equal(v.total, 40);
+    for (int i = 0; i < 40; i++) {
+        char path[16], actual[128];
+        snprintf(path, sizeof path, "/%d", i);
+        snprintf(actual, sizeof actual, "\"%04d-%s\"", i,
+                 "0123456789012345678901234567890123456789012345678901234567890123456789");
+        assert_string_equal(v.items[i].path, path);
+        assert_string_equal(v.items[i].keyword_location, "/items/type");
+        assert_string_equal(v.items[i].message, "expected integer, got string");
+        assert_string_equal(v.items[i].expected, "\"integer\"");
+        assert_string_equal(v.items[i].actual, actual);
+    }
+    schema_violations_clear(&v);
+    schema_free(s);
+    free(text);
+}
+
+/* The closest oneOf branch is walked again with full reports: what it
+ * reports must be what a walk of that branch alone reports, a merged
+ * anyOf inside it included. */
+static void test_oneof_closest_with_nested_anyof(void **state)
+{
+    (void)state;
+    schema *s = compile_text(
+        "{\"oneOf\":["
+        "{\"type\":\"object\",\"required\":[\"kind\"],\"properties\":{\"kind\":{\"const\":\"a\"},"
+        "\"v\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}}},"
+        "{\"type\":\"object\",\"required\":[\"kind\",\"w\"],\"properties\":{\"kind\":{\"const\":\"b\"},"
+        "\"w\":{\"type\":\"integer\"}}}]}",
+        NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"v\":5}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_string_equal(v.items[0].code, SCHEMA_NO_MATCH);
+    assert_string_equal(v.items[0].path, "");
+    assert_string_equal(v.items[0].keyword_location, "/oneOf");
+    assert_non_null(strstr(v.items[0].message, "closest is #0"));
+    assert_string_equal(v.items[1].code, SCHEMA_WRONG_TYPE);
+    assert_string_equal(v.items[1].path, "/v");
+    assert_string_equal(v.items[1].keyword_location, "/oneOf/0/properties/v/anyOf");
+    assert_string_equal(v.items[1].message, "expected string or null, got integer");
+    assert_string_equal(v.items[1].actual, "5");
+    schema_violations_clear(&v);
+
+    assert_int_equal(check(s, "{\"kind\":\"b\",\"w\":\"x\"}", &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_non_null(strstr(v.items[0].message, "closest is #1"));
+    assert_string_equal(v.items[1].path, "/w");
+    assert_string_equal(v.items[1].keyword_location, "/oneOf/1/properties/w/type");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
 static char g_tmpdir[64];
 
 static void write_file(const char *name, const char *text)
@@ -1010,6 +1124,9 @@ int main(void)
         cmocka_unit_test(test_multiple_of_decimals),
         cmocka_unit_test(test_duplicate_keywords_first_wins),
         cmocka_unit_test(test_limit_after_known_invalid),
+        cmocka_unit_test(test_keyword_order_with_limit),
+        cmocka_unit_test(test_long_and_many_violations),
+        cmocka_unit_test(test_oneof_closest_with_nested_anyof),
         cmocka_unit_test(test_validate_cli),
         cmocka_unit_test(test_registry_load_dir),
     };
