@@ -88,7 +88,8 @@ int jsonout_value(sbuf *b, const cJSON *v) { return v ? value(b, v, 0) : -1; }
 
 char *jsonout_print(const cJSON *v) {
     sbuf b = {0};
-    if (jsonout_value(&b, v)) {
+    /* Records and events run to a few KB: skip the first doublings. */
+    if (sbuf_reserve(&b, 2048) || jsonout_value(&b, v)) {
         sbuf_free(&b);
         return NULL;
     }

@@ -151,7 +151,7 @@ char *util_base64(const unsigned char *data, size_t len) {
     return out;
 }
 
-static int sbuf_reserve(sbuf *b, size_t extra) {
+int sbuf_reserve(sbuf *b, size_t extra) {
     if (b->len + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra + 1) cap *= 2;

@@ -32,6 +32,9 @@ typedef struct sbuf {
     size_t cap;
 } sbuf;
 
+/* Makes room for extra more bytes (and the NUL): one allocation up front
+ * when the size is known roughly.  0 = ok. */
+int sbuf_reserve(sbuf *b, size_t extra);
 int sbuf_append(sbuf *b, const char *s, size_t len);  /* 0 = ok */
 int sbuf_puts(sbuf *b, const char *s);
 int sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -98,6 +98,7 @@ static char *build_openai(const llm_api_request *req) {
     char *out = NULL;
     int with_rf = req->schema && llm_api_sends_schema(req->provider, req->response_format) &&
                   !cJSON_GetObjectItemCaseSensitive(req->params, "response_format");
+    if (sbuf_reserve(&b, 2048 + (with_rf && req->schema_json ? strlen(req->schema_json) : 0))) goto cleanup;
     if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model)) ||
         sbuf_puts(&b, ",\"messages\":") || append_json(&b, req->messages))
         goto cleanup;

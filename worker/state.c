@@ -123,7 +123,8 @@ typedef struct state_op {
     int script;
     int nkeys;
     int argc;                  /* ARGV count after the keys */
-    char *args[OP_MAX_ARGS];   /* keys then argv, owned */
+    sbuf args;                 /* keys then argv, back to back (one allocation) */
+    size_t offs[OP_MAX_ARGS];  /* where each starts in args */
     size_t lens[OP_MAX_ARGS];
     state_cb cb;
     void *ud;
@@ -153,7 +154,7 @@ static void connect_now(state *st);
 static void op_send(state *st, state_op *op);
 
 static void op_free(state_op *op) {
-    for (int i = 0; i < op->nkeys + op->argc; i++) free(op->args[i]);
+    sbuf_free(&op->args);
     free(op);
 }
 
@@ -254,7 +255,7 @@ static void op_send(state *st, state_op *op) {
     }
     argv[n] = nkeys; lens[n++] = strlen(nkeys);
     for (int i = 0; i < op->nkeys + op->argc; i++) {
-        argv[n] = op->args[i];
+        argv[n] = op->args.data + op->offs[i];
         lens[n++] = op->lens[i];
     }
     if (!st->connected ||
@@ -424,11 +425,9 @@ void state_free(state *st) {
 static int op_add(state_op *op, const char *s, size_t len) {
     if (op->nkeys + op->argc >= OP_MAX_ARGS) return -1;
     int i = op->nkeys + op->argc;
-    op->args[i] = malloc(len + 1);
-    if (!op->args[i]) return -1;
-    memcpy(op->args[i], s, len);
-    op->args[i][len] = '\0';
+    op->offs[i] = op->args.len;
     op->lens[i] = len;
+    if (sbuf_append(&op->args, s, len)) return -1;
     op->argc++;
     return 0;
 }
@@ -442,6 +441,18 @@ static int op_addf(state_op *op, const char *fmt, ...) {
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof(buf)) return -1;
     return op_add(op, buf, (size_t)n);
+}
+
+/* A decimal argument without printf. */
+static int op_addl(state_op *op, long long v) {
+    char buf[24], *p = buf + sizeof(buf);
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    return op_add(op, p, (size_t)(buf + sizeof(buf) - p));
 }
 
 static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, void *ud) {
@@ -476,9 +487,9 @@ int state_begin(state *st, const char *job_id, int attempt, int max_attempts, co
                 const char *batch_id, state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_BEGIN, job_id, cb, ud);
     if (!op) return -1;
-    int failed = op_addf(op, "%d", attempt) || op_addf(op, "%d", max_attempts) ||
-                 op_addf(op, "%lld", (long long)util_wall_ms()) || op_add(op, owner, strlen(owner)) ||
-                 op_addf(op, "%ld", st->ttl_s) ||
+    int failed = op_addl(op, attempt) || op_addl(op, max_attempts) ||
+                 op_addl(op, util_wall_ms()) || op_add(op, owner, strlen(owner)) ||
+                 op_addl(op, st->ttl_s) ||
                  op_add(op, batch_id ? batch_id : "", batch_id ? strlen(batch_id) : 0);
     return op_submit(st, op, failed);
 }
@@ -488,6 +499,10 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
                  state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_FINISH, job_id, cb, ud);
     if (!op) return -1;
+    if (sbuf_reserve(&op->args, strlen(record) + 512)) {
+        op_free(op);
+        return -1;
+    }
     if (batch_id && batch_id[0]) {
         if (op_addf(op, "%s:batch:{%s}", st->prefix, batch_id)) {
             op_free(op);
@@ -496,17 +511,17 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
         op->nkeys = 3;
         op->argc = 0;
     }
-    int failed = op_add(op, owner, strlen(owner)) || op_addf(op, "%d", attempt) ||
+    int failed = op_add(op, owner, strlen(owner)) || op_addl(op, attempt) ||
                  op_add(op, status, strlen(status)) || op_add(op, record, strlen(record)) ||
-                 op_addf(op, "%lld", (long long)util_wall_ms()) || op_addf(op, "%ld", st->ttl_s) ||
-                 op_addf(op, "%ld", prompt_tokens) || op_addf(op, "%ld", completion_tokens);
+                 op_addl(op, util_wall_ms()) || op_addl(op, st->ttl_s) ||
+                 op_addl(op, prompt_tokens) || op_addl(op, completion_tokens);
     return op_submit(st, op, failed);
 }
 
 int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_PUBLISHED, job_id, cb, ud);
     if (!op) return -1;
-    return op_submit(st, op, op_addf(op, "%d", attempt));
+    return op_submit(st, op, op_addl(op, attempt));
 }
 
 int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
@@ -523,7 +538,7 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, i
     }
     op->nkeys = 1;
     op->argc = 0;
-    int failed = op_addf(op, "%lld", (long long)util_wall_ms()) || op_addf(op, "%ld", rpm) ||
-                 op_addf(op, "%ld", tpm) || op_addf(op, "%ld", cost) || op_addf(op, "%d", adjust_only ? -1 : 1);
+    int failed = op_addl(op, util_wall_ms()) || op_addl(op, rpm) ||
+                 op_addl(op, tpm) || op_addl(op, cost) || op_addl(op, adjust_only ? -1 : 1);
     return op_submit(st, op, failed);
 }

@@ -480,7 +480,17 @@ static cJSON *attempt_record(wjob *j) {
     } else {
         cJSON_AddNullToObject(rec, "output");
     }
-    if (j->value) cJSON_AddItemReferenceToObject(rec, "value", j->value);
+    if (j->value) {
+        /* Printed once here; the final event reuses the text (a raw item
+         * prints as it is). */
+        cJSON *raw = cJSON_CreateRaw(NULL);
+        if (raw && (raw->valuestring = jsonout_print(j->value))) {
+            cJSON_AddItemToObject(rec, "value", raw);
+        } else {
+            cJSON_Delete(raw);
+            cJSON_AddItemReferenceToObject(rec, "value", j->value);
+        }
+    }
     if (j->violations) cJSON_AddItemReferenceToObject(rec, "violations", j->violations);
     else cJSON_AddItemToObject(rec, "violations", cJSON_CreateArray());
     cJSON *u = cJSON_AddObjectToObject(rec, "usage");
