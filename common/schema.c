@@ -2645,8 +2645,10 @@ static size_t path_into(const vctx *c, char *buf, size_t cap)
                 digits[nd++] = (char)('0' + v % 10);
                 v /= 10;
             } while (v);
-            while (nd)
-                PUT(digits[--nd]);
+            while (nd) { /* PUT evaluates its argument only when it fits */
+                nd--;
+                PUT(digits[nd]);
+            }
         }
     }
 #undef PUT
@@ -2824,8 +2826,10 @@ static size_t msg_vformat(char *buf, size_t cap, const char *fmt, va_list ap)
         } while (u);
         if (neg)
             MPUT('-');
-        while (nd)
-            MPUT(digits[--nd]);
+        while (nd) { /* MPUT evaluates its argument only when it fits */
+            nd--;
+            MPUT(digits[nd]);
+        }
     }
 #undef MPUT
 #undef MPUTS
@@ -2871,6 +2875,70 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
     }
     if (c->record == 2)
         return report_sketch(c, code, expected);
+    va_list ap;
+    {
+        /* The usual case: every piece formatted straight into the scratch
+         * memory, in the layout pack_violation() makes; when something
+         * does not fit (or the format needs vsnprintf), the general way
+         * below. */
+        char *b0 = c->sp, *b = b0;
+        size_t left = c->sleft;
+        size_t pl = path_into(c, b, left);
+        size_t ll = strlen(n->loc), lk = kw && *kw ? strlen(kw) + 1 : 0;
+        size_t le = expected ? strlen(expected) + 1 : 0;
+        if (pl + 1 + ll + lk + 1 + le + SNIPPET_MAX + 8 <= left) {
+            b += pl + 1;
+            left -= pl + 1;
+            char *kloc = b;
+            memcpy(b, n->loc, ll);
+            if (lk) {
+                b[ll] = '/';
+                memcpy(b + ll + 1, kw, lk);
+            } else {
+                b[ll] = '\0';
+            }
+            b += ll + lk + 1;
+            left -= ll + lk + 1;
+            va_start(ap, fmt);
+            size_t ml = msg_vformat(b, left - le - SNIPPET_MAX - 8, fmt, ap);
+            va_end(ap);
+            if (ml != (size_t)-1 && ml + 1 + le + SNIPPET_MAX + 8 <= left) {
+                vrec r;
+                r.v.code = code;
+                r.v.path = b0;
+                r.v.keyword_location = kloc;
+                r.v.message = b;
+                b += ml + 1;
+                r.v.expected = NULL;
+                if (expected) {
+                    r.v.expected = b;
+                    memcpy(b, expected, le);
+                    b += le;
+                }
+                r.v.actual = NULL;
+                if (inst) {
+                    jw w = { b, 0, SNIPPET_MAX, 0 };
+                    jw_value(&w, inst, 0);
+                    if (w.full) {
+                        memcpy(b + w.len, "...", 3);
+                        w.len += 3;
+                    }
+                    b[w.len] = '\0';
+                    r.v.actual = b;
+                    b += w.len + 1;
+                }
+                r.depth = c->npath;
+                r.blen = (size_t)(b - b0);
+                r.plen = pl;
+                r.klen = ll + lk;
+                size_t used = (r.blen + 7) & ~(size_t)7;
+                c->sp += used;
+                c->sleft -= used;
+                push_rec(c, &r);
+                return 0;
+            }
+        }
+    }
     char pbuf[512], mbuf[512], abuf[SNIPPET_MAX + 8];
     char *path = pbuf, *msg = mbuf;
     size_t pl = path_into(c, pbuf, sizeof pbuf);
@@ -2881,7 +2949,6 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
         else
             pl = 0;
     }
-    va_list ap;
     va_start(ap, fmt);
     size_t ml = msg_vformat(mbuf, sizeof mbuf, fmt, ap);
     va_end(ap);
@@ -3599,10 +3666,14 @@ static int key_utf8_ok(const char *k)
     return utf8_count(k, strlen(k)) >= 0;
 }
 
-NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev)
+/* req_out: when not NULL, req_out[0] receives the reqbit of every member
+ * and req_out[1] 1, when the walk reaches the end (left alone otherwise). */
+NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *ev,
+                             uint64_t *req_out)
 {
     if (!IS_OBJECT(inst))
         return 1;
+    uint64_t req_mask = 0;
     int ok = 1;
     size_t i = 0;
     uint64_t req_seen = 0;
@@ -3613,6 +3684,8 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
         int matched = 0;
         if (n->props) {
             const prop_ent *pe = member_ent(n, m->string, &cur);
+            if (pe)
+                req_mask |= pe->reqbit;
             if (check_req && pe && pe->req >= 0 && !(req_seen & (1ull << pe->req))) {
                 req_seen |= 1ull << pe->req;
                 req_found++;
@@ -3694,6 +3767,10 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
     }
     if (check_req && ok && req_found != n->n_required)
         return 0;
+    if (req_out) {
+        req_out[0] = req_mask;
+        req_out[1] = 1;
+    }
     return ok;
 }
 
@@ -3727,6 +3804,20 @@ NOINLINE static int kw_props_quiet(vctx *c, const node *n, const cJSON *inst)
     return 1;
 }
 
+static void report_missing(vctx *c, const node *n, size_t i)
+{
+    /* The path names the missing member, where the fix goes (a repair
+     * prompt reads "/name: MISSING_FIELD"); the keyword location still
+     * points at `required`. */
+    push_key(c, n->required[i]);
+    /* a sketch keeps `expected` only for what report_branches() reads:
+     * types and const/enum values */
+    report(c, n, "required", SCHEMA_MISSING_FIELD, NULL,
+           c->record == 2 ? NULL : str_text(c, n->required[i]),
+           "missing required property \"%s\"", n->required[i]);
+    pop_path(c);
+}
+
 NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
 {
     if (!IS_OBJECT(inst))
@@ -3745,15 +3836,8 @@ NOINLINE static int kw_required(vctx *c, const node *n, const cJSON *inst)
     int ok = found == n->n_required;
     if (!ok && c->record) {
         for (size_t i = 0; i < n->n_required; i++)
-            if (!ev_get(&seen, i)) {
-                /* The path names the missing member, where the fix goes (a
-                 * repair prompt reads "/name: MISSING_FIELD"); the keyword
-                 * location still points at `required`. */
-                push_key(c, n->required[i]);
-                report(c, n, "required", SCHEMA_MISSING_FIELD, NULL, str_text(c, n->required[i]),
-                       "missing required property \"%s\"", n->required[i]);
-                pop_path(c);
-            }
+            if (!ev_get(&seen, i))
+                report_missing(c, n, i);
     }
     ev_free(&seen);
     return ok;
@@ -3954,7 +4038,9 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
             all_const = 0;
     }
     char kwbuf[16];
-    snprintf(kwbuf, sizeof kwbuf, "%s", kw);
+    size_t kwl = strnlen(kw, sizeof kwbuf - 1);
+    memcpy(kwbuf, kw, kwl);
+    kwbuf[kwl] = '\0';
     if (all_type && nb > 0) {
         int types = 0;
         for (size_t i = 0; i < nb; i++)
@@ -4036,6 +4122,48 @@ NOINLINE static int kw_branches(vctx *c, const node *n, int one, const cJSON *in
     node *const *br = one ? n->one_of : n->any_of;
     size_t nb = one ? n->n_one_of : n->n_any_of;
     const char *kw = one ? "oneOf" : "anyOf";
+    if (c->record == 1 && !ev && nb <= 8) {
+        /* Reporting: the sketches answer valid/invalid too, so walk the
+         * branches once with sketches instead of quietly and then again
+         * with sketches.  Should they hit a limit or the store cap (where
+         * the quiet walk, stopping early, might not), everything is undone
+         * and the usual way below is taken. */
+        size_t ends[8], base = c->nrec, dropped0 = c->dropped, nvalid = 0, v1 = 0, v2 = 0;
+        char lim0 = c->limit_msg[0];
+        int r = 1;
+        c->record = 2;
+        for (size_t i = 0; i < nb; i++) {
+            r = eval(c, br[i], inst, NULL);
+            if (r < 0)
+                break;
+            ends[i] = c->nrec;
+            if (r) {
+                if (nvalid == 0)
+                    v1 = i;
+                else if (nvalid == 1)
+                    v2 = i;
+                nvalid++;
+            }
+        }
+        c->record = 1;
+        if (r >= 0 && c->dropped == dropped0) {
+            if (nvalid) {
+                drop_recs(c, base);
+                if (!one || nvalid == 1)
+                    return 1;
+                return report(c, n, kw, SCHEMA_NO_MATCH, NULL, NULL,
+                              "value matches more than one alternative of oneOf (#%zu and #%zu); exactly one must match",
+                              v1, v2);
+            }
+            long again = report_branches(c, n, kw, inst, base, ends, nb, 1);
+            if (again >= 0 && eval(c, br[again], inst, NULL) < 0)
+                return -1;
+            return 0;
+        }
+        drop_recs(c, base);
+        c->dropped = dropped0;
+        c->limit_msg[0] = lim0;
+    }
     int saved = c->record;
     c->record = 0;
     size_t nvalid = 0, v1 = 0, v2 = 0;
@@ -4234,6 +4362,63 @@ found:
 }
 
 
+/* Moves recs [mid, nrec) in front of [from, mid); nrec - mid <= 64. */
+NOINLINE static void move_recs_front(vctx *c, size_t from, size_t mid)
+{
+    vrec tmp[64];
+    size_t nr = c->nrec - mid;
+    memcpy(tmp, c->recs + mid, nr * sizeof *tmp);
+    memmove(c->recs + from + nr, c->recs + from, (mid - from) * sizeof *tmp);
+    memcpy(c->recs + from, tmp, nr * sizeof *tmp);
+}
+
+/* `required` immediately followed by the properties group, while
+ * reporting (inst an object, n->req_in_props): the properties walk finds
+ * the required members too, so the members are looked up once; the
+ * missing ones are then reported and moved in front of what the walk
+ * reported, where `required` puts them.  The walk runs with the store cap
+ * lowered by the number of required names: when nothing is dropped so,
+ * nothing would have been dropped in keyword order either.  On a limit,
+ * an early stop or a drop, all of it is undone and the two keywords run
+ * one after the other. */
+NOINLINE static int props_with_required(vctx *c, const node *n, const cJSON *inst, evset *ev)
+{
+    size_t mark = c->nrec, dropped0 = c->dropped, cap0 = c->store_cap;
+    char lim0 = c->limit_msg[0];
+    if (cap0 > mark + n->n_required) {
+        uint64_t seen[2] = { 0, 0 };
+        c->store_cap = cap0 - n->n_required;
+        int rp = kw_props(c, n, inst, ev, seen);
+        if (rp >= 0 && seen[1] && c->dropped == dropped0) {
+            if (seen[0] == n->req_all) {
+                c->store_cap = cap0;
+                return rp;
+            }
+            size_t mid = c->nrec;
+            for (size_t i = 0; i < n->n_required; i++)
+                if (!(seen[0] & (1ull << i)))
+                    report_missing(c, n, i);
+            c->store_cap = cap0;
+            if (c->dropped == dropped0) {
+                if (mid > mark)
+                    move_recs_front(c, mark, mid);
+                return 0;
+            }
+        }
+        c->store_cap = cap0;
+        drop_recs(c, mark);
+        c->dropped = dropped0;
+        c->limit_msg[0] = lim0;
+    }
+    int rr = kw_required(c, n, inst);
+    if (rr < 0)
+        return -1;
+    int rp = kw_props(c, n, inst, ev, NULL);
+    if (rp < 0)
+        return -1;
+    return rr && rp;
+}
+
 static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
     if (n->boolean) {
@@ -4300,10 +4485,19 @@ static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
             else if (!c->record && !use && !n->n_pats)
                 r = kw_props_quiet(c, n, inst);
             else
-                r = kw_props(c, n, inst, use);
+                r = kw_props(c, n, inst, use, NULL);
             break;
         case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, use); break;
         case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;
+        case K_REQUIRED:
+            if (c->record && n->req_in_props && i + 1 < n->norder && n->order[i + 1] == K_PROPS &&
+                IS_OBJECT(inst)) {
+                r = props_with_required(c, n, inst, use);
+                i++;
+            } else {
+                r = assert_kw(c, n, k, inst);
+            }
+            break;
         case K_ALL_OF: {
             r = 1;
             for (size_t j = 0; j < n->n_all_of; j++) {
@@ -4382,7 +4576,7 @@ static int eval_quiet(vctx *c, const node *n, const cJSON *inst)
             if (!IS_OBJECT(inst))
                 r = 1;
             else
-                r = n->n_pats ? kw_props(c, n, inst, NULL) : kw_props_quiet(c, n, inst);
+                r = n->n_pats ? kw_props(c, n, inst, NULL, NULL) : kw_props_quiet(c, n, inst);
             break;
         case K_DEP_SCHEMAS: r = kw_dep_schemas(c, n, inst, NULL); break;
         case K_PROPERTY_NAMES: r = kw_property_names(c, n, inst); break;

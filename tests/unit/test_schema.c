@@ -994,6 +994,46 @@ static int run_cli(char **argv, int argc, char *out, size_t outlen)
     return rc;
 }
 
+/* required checked together with properties while reporting: the missing
+ * members still come first, in `required` order, then what properties
+ * finds; a path longer than the formatting buffers ends in an index. */
+static void test_required_order_and_long_path(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"type\":\"object\",\"required\":[\"a\",\"b\",\"c\"],"
+                             "\"properties\":{\"c\":{\"type\":\"string\"},\"d\":{\"type\":\"integer\"}},"
+                             "\"additionalProperties\":false}",
+                             NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"d\":\"x\",\"c\":1,\"e\":true}", &v), 1);
+    assert_int_equal(v.count, 5);
+    assert_string_equal(v.items[0].code, SCHEMA_MISSING_FIELD);
+    assert_string_equal(v.items[0].path, "/a");
+    assert_string_equal(v.items[0].expected, "\"a\"");
+    assert_string_equal(v.items[1].path, "/b");
+    assert_string_equal(v.items[1].keyword_location, "/required");
+    assert_string_equal(v.items[2].code, SCHEMA_WRONG_TYPE);
+    assert_string_equal(v.items[2].path, "/d");
+    assert_string_equal(v.items[3].path, "/c");
+    assert_string_equal(v.items[4].code, SCHEMA_UNEXPECTED_FIELD);
+    assert_string_equal(v.items[4].path, "/e");
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    char key[701], text[2048];
+    memset(key, 'k', 700);
+    key[700] = '\0';
+    snprintf(text, sizeof text, "{\"properties\":{\"%s\":{\"items\":{\"type\":\"string\"}}}}", key);
+    s = compile_text(text, NULL);
+    snprintf(text, sizeof text, "{\"%s\":[\"ok\",1234567]}", key);
+    assert_int_equal(check(s, text, &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_int_equal(strlen(v.items[0].path), 703);
+    assert_string_equal(v.items[0].path + 701, "/1");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
 static void test_validate_cli(void **state)
 {
     (void)state;
@@ -1127,6 +1167,7 @@ int main(void)
         cmocka_unit_test(test_keyword_order_with_limit),
         cmocka_unit_test(test_long_and_many_violations),
         cmocka_unit_test(test_oneof_closest_with_nested_anyof),
+        cmocka_unit_test(test_required_order_and_long_path),
         cmocka_unit_test(test_validate_cli),
         cmocka_unit_test(test_registry_load_dir),
     };
