@@ -146,9 +146,21 @@ struct state {
     uv_timer_t reconnect;
     uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
+    /* hiredis 0.14's libuv adapter drops a poll error: when Redis dies
+     * with data in flight (a reset, not a clean close) the connection is
+     * never seen to go, and the commands on it wait forever.  So replies
+     * are watched: none for REPLY_TIMEOUT_MS while commands are on the
+     * wire drops the connection (they are sent again after the reconnect;
+     * every script is idempotent).  This also covers a silent network. */
+    uv_timer_t reply_watch;
+    size_t on_wire;                     /* ops sent, reply not yet in */
+    uint64_t wire_since_ms;             /* last reply, or first send after none */
+    int handles;                        /* uv handles not yet closed */
     state_conn_cb conn_cb;
     void *conn_ud;
 };
+
+#define REPLY_TIMEOUT_MS 5000
 
 static void connect_now(state *st);
 static void op_send(state *st, state_op *op);
@@ -218,7 +230,11 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     state_op *op = privdata;
     state *st = op->st;
     redisReply *r = reply;
-    op->sent = 0;
+    if (op->sent) {
+        op->sent = 0;
+        st->on_wire--;
+        st->wire_since_ms = uv_now(st->loop);
+    }
     if (!r) {
         /* The connection went away with the command on it.  Every script is
          * idempotent, so it is sent again once connected. */
@@ -264,6 +280,7 @@ static void op_send(state *st, state_op *op) {
         return;
     }
     op->sent = 1;
+    if (st->on_wire++ == 0) st->wire_since_ms = uv_now(st->loop);
 }
 
 static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata) {
@@ -340,6 +357,27 @@ static void connect_watch_cb(uv_timer_t *t) {
     schedule_reconnect(st);
 }
 
+static void reply_watch_cb(uv_timer_t *t) {
+    state *st = t->data;
+    if (!st->connected || !st->ac || !st->on_wire) return;
+    uint64_t quiet = uv_now(st->loop) - st->wire_since_ms;
+    if (quiet < REPLY_TIMEOUT_MS) return;
+    log_warn(NULL, 0, "redis %s:%d: no reply for %llu ms with %zu command(s) sent; reconnecting", st->host,
+             st->port, (unsigned long long)quiet, st->on_wire);
+    redisAsyncContext *ac = st->ac;
+    /* Calls back every command with no reply (they queue again) and then
+     * on_disconnect, which schedules the reconnect. */
+    redisAsyncFree(ac);
+    if (st->ac == ac) {
+        /* no disconnect callback came: do its work */
+        st->ac = NULL;
+        st->connected = 0;
+        if (st->conn_cb) st->conn_cb(st->conn_ud, 0);
+        schedule_reconnect(st);
+    }
+    st->on_wire = 0;
+}
+
 static void connect_now(state *st) {
     if (st->closing || st->ac) return;
     redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
@@ -386,6 +424,10 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     st->reconnect.data = st;
     uv_timer_init(loop, &st->connect_watch);
     st->connect_watch.data = st;
+    uv_timer_init(loop, &st->reply_watch);
+    st->reply_watch.data = st;
+    uv_timer_start(&st->reply_watch, reply_watch_cb, 1000, 1000);
+    st->handles = 3;
     connect_now(st);
     return st;
 }
@@ -395,9 +437,7 @@ size_t state_pending(const state *st) { return st->pending; }
 
 static void st_close_cb(uv_handle_t *h) {
     state *st = h->data;
-    if (h == (uv_handle_t *)&st->reconnect) st->reconnect.data = NULL;
-    else st->connect_watch.data = NULL;
-    if (!st->reconnect.data && !st->connect_watch.data) free(st);
+    if (--st->handles == 0) free(st);
 }
 
 void state_free(state *st) {
@@ -420,6 +460,8 @@ void state_free(state *st) {
     uv_timer_stop(&st->connect_watch);
     uv_close((uv_handle_t *)&st->reconnect, st_close_cb);
     uv_close((uv_handle_t *)&st->connect_watch, st_close_cb);
+    uv_timer_stop(&st->reply_watch);
+    uv_close((uv_handle_t *)&st->reply_watch, st_close_cb);
 }
 
 static int op_add(state_op *op, const char *s, size_t len) {

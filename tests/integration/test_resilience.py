@@ -101,6 +101,25 @@ def test_redis_restart_mid_batch(stack):
     assert stack.stop_worker(w) == 0
 
 
+def test_redis_silent_mid_batch(stack):
+    """Redis stops answering (SIGSTOP: the connection stays up, replies never
+    come) mid-batch: the worker gives the connection up after 5 s without a
+    reply, reconnects and sends the commands again once Redis answers; every
+    job ends exactly once."""
+    w = stack.start_worker("--set", "llm.max_inflight=32")
+    jobs = mixed_jobs(uid("silent"), 200, latency=50)
+    ids = [j["job_id"] for j in jobs]
+    stack.produce_jobs(jobs)
+    time.sleep(4)
+    stack.redis.send_signal(signal.SIGSTOP)
+    time.sleep(8)
+    stack.redis.send_signal(signal.SIGCONT)
+    check_exactly_once(stack, ids)
+    log = stack.worker_log(w.name)
+    assert "no reply for" in log and "reconnecting" in log
+    assert stack.stop_worker(w) == 0
+
+
 @pytest.fixture
 def control_stack(request):
     s = Stack(kafka_control=True)
