@@ -833,6 +833,7 @@ struct node {
     uint64_t max_items, min_items;
     /* the rest */
     const char *loc; /* "" (root), "/properties/a", "uri#/defs/x" */
+    size_t loc_len;  /* strlen(loc): a report copies it without measuring */
     const rres *res;
     uint8_t unique;
     uint8_t content_b64, content_json;
@@ -2270,6 +2271,7 @@ static node *compile_node(cctx *c, const cinfo *ci)
         goto done;
     }
     n->loc = arena_strdup(&c->s->a, ci->ptr);
+    n->loc_len = n->loc ? strlen(n->loc) : 0;
     n->res = runtime_res(c, ci->res);
     if (cJSON_IsBool(ci->js)) {
         n->boolean = cJSON_IsTrue(ci->js) ? B_TRUE : B_FALSE;
@@ -2884,7 +2886,7 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
         char *b0 = c->sp, *b = b0;
         size_t left = c->sleft;
         size_t pl = path_into(c, b, left);
-        size_t ll = strlen(n->loc), lk = kw && *kw ? strlen(kw) + 1 : 0;
+        size_t ll = n->loc_len, lk = kw && *kw ? strlen(kw) + 1 : 0;
         size_t le = expected ? strlen(expected) + 1 : 0;
         if (pl + 1 + ll + lk + 1 + le + SNIPPET_MAX + 8 <= left) {
             b += pl + 1;
@@ -4717,18 +4719,25 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
     /* The same violation can be found twice (two $refs to one schema, a
      * schema re-entering itself): report it once. */
     size_t u = 0;
+    uint64_t seen_len = 0; /* bits of (plen, klen) of the records kept */
     for (size_t i = 0; i < c.nrec; i++) {
         const schema_violation *x = &c.recs[i].v;
         int dup = 0;
-        for (size_t j = 0; j < u && !dup; j++) {
+        uint64_t bit = 1ull << ((c.recs[i].plen * 7 + c.recs[i].klen) & 63);
+        size_t upto = seen_len & bit ? u : 0; /* no match possible otherwise */
+        seen_len |= bit;
+        for (size_t j = 0; j < upto && !dup; j++) {
             const schema_violation *y = &c.recs[j].v;
             dup = c.recs[i].plen == c.recs[j].plen && c.recs[i].klen == c.recs[j].klen &&
                   (x->code == y->code || strcmp(x->code, y->code) == 0) &&
                   memcmp(x->path, y->path, c.recs[i].plen) == 0 &&
                   memcmp(x->keyword_location, y->keyword_location, c.recs[i].klen) == 0;
         }
-        if (!dup)
-            c.recs[u++] = c.recs[i];
+        if (!dup) {
+            if (u != i)
+                c.recs[u] = c.recs[i];
+            u++;
+        }
     }
     c.nrec = u;
     size_t keep = c.nrec < s->max_violations ? c.nrec : s->max_violations;
