@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonout.h"
 #include "util.h"
 
 const char *events_ce_type(event_type type) {
@@ -73,31 +74,66 @@ static void add_common(cJSON *ev, const job *j, const char *schema_name, const c
     cJSON_AddStringToObject(ev, "finished_at", ts);
 }
 
-cJSON *events_final(const job *j, const char *schema_name, const char *model,
-                    const cJSON *history, int64_t wall_ms) {
-    cJSON *ev = cJSON_CreateObject();
-    add_common(ev, j, schema_name, model, history, wall_ms);
+/* Appends ,"name": and a JSON string. */
+static int put_str(sbuf *b, const char *name, const char *v) {
+    return sbuf_puts(b, name) || sbuf_json_string(b, v, strlen(v));
+}
+
+/* Written as text, not built as a tree: a final event is what almost every
+ * job ends with.  Same members, same order and same bytes as the tree
+ * (jsonout prints like cJSON). */
+char *events_final(const job *j, const char *schema_name, const char *model, const cJSON *history,
+                   int64_t wall_ms) {
+    sbuf b = {0};
+    char *out = NULL;
     const cJSON *last = cJSON_GetArrayItem(history, cJSON_GetArraySize(history) - 1);
-    const cJSON *value = cJSON_GetObjectItemCaseSensitive(last, "value");
-    if (value) cJSON_AddItemReferenceToObject(ev, "output", (cJSON *)value);
-    else cJSON_AddNullToObject(ev, "output");
-    cJSON *summary = cJSON_AddArrayToObject(ev, "summary");
+    double p = 0, c = 0;
     const cJSON *rec;
     cJSON_ArrayForEach(rec, history) {
-        cJSON *s = cJSON_CreateObject();
-        cJSON_AddNumberToObject(s, "attempt", num(rec, "attempt"));
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(rec, "usage");
+        p += num(u, "prompt_tokens");
+        c += num(u, "completion_tokens");
+    }
+    char ts[40];
+    util_rfc3339(wall_ms, ts, sizeof(ts));
+    const cJSON *value = cJSON_GetObjectItemCaseSensitive(last, "value");
+    if (sbuf_reserve(&b, 1024) || put_str(&b, "{\"job_id\":", j->job_id) ||
+        sbuf_puts(&b, ",\"attempt\":") || jsonout_number(&b, last ? num(last, "attempt") : j->attempt) ||
+        sbuf_puts(&b, ",\"attempts\":") || jsonout_number(&b, cJSON_GetArraySize(history)) ||
+        sbuf_puts(&b, ",\"usage\":{\"prompt_tokens\":") || jsonout_number(&b, p) ||
+        sbuf_puts(&b, ",\"completion_tokens\":") || jsonout_number(&b, c) ||
+        sbuf_puts(&b, ",\"total_tokens\":") || jsonout_number(&b, p + c) ||
+        sbuf_puts(&b, "},\"metadata\":") || (j->metadata ? jsonout_value(&b, j->metadata) : sbuf_puts(&b, "null")) ||
+        (j->batch_id ? put_str(&b, ",\"batch_id\":", j->batch_id) : sbuf_puts(&b, ",\"batch_id\":null")) ||
+        put_str(&b, ",\"schema\":", schema_name) || (model && put_str(&b, ",\"model\":", model)) ||
+        put_str(&b, ",\"finished_at\":", ts) ||
+        sbuf_puts(&b, ",\"output\":") || (value ? jsonout_value(&b, value) : sbuf_puts(&b, "null")) ||
+        sbuf_puts(&b, ",\"summary\":["))
+        goto cleanup;
+    cJSON_ArrayForEach(rec, history) {
         const cJSON *outcome = cJSON_GetObjectItemCaseSensitive(rec, "outcome");
-        cJSON_AddStringToObject(s, "outcome", cJSON_IsString(outcome) ? outcome->valuestring : "error");
-        cJSON *codes = cJSON_AddArrayToObject(s, "codes");
+        if ((rec != history->child && sbuf_puts(&b, ",")) || sbuf_puts(&b, "{\"attempt\":") ||
+            jsonout_number(&b, num(rec, "attempt")) ||
+            put_str(&b, ",\"outcome\":", cJSON_IsString(outcome) ? outcome->valuestring : "error") ||
+            sbuf_puts(&b, ",\"codes\":["))
+            goto cleanup;
+        int first = 1;
         const cJSON *v;
         cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(rec, "violations")) {
             const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
-            if (cJSON_IsString(code)) cJSON_AddItemToArray(codes, cJSON_CreateString(code->valuestring));
+            if (!cJSON_IsString(code)) continue;
+            if ((!first && sbuf_puts(&b, ",")) || sbuf_json_string(&b, code->valuestring, strlen(code->valuestring)))
+                goto cleanup;
+            first = 0;
         }
-        cJSON_AddNumberToObject(s, "latency_ms", num(rec, "latency_ms"));
-        cJSON_AddItemToArray(summary, s);
+        if (sbuf_puts(&b, "],\"latency_ms\":") || jsonout_number(&b, num(rec, "latency_ms")) || sbuf_puts(&b, "}"))
+            goto cleanup;
     }
-    return ev;
+    if (sbuf_puts(&b, "]}")) goto cleanup;
+    out = sbuf_take(&b);
+cleanup:
+    sbuf_free(&b);
+    return out;
 }
 
 cJSON *events_escalation(const job *j, const char *schema_name, const char *model,

@@ -39,8 +39,9 @@ cJSON *events_usage_total(const cJSON *history);
  * final and escalation events refer to parts of history and of the job
  * (cJSON references, not copies): print or delete the event before
  * those go. */
-cJSON *events_final(const job *j, const char *schema_name, const char *model,
-                    const cJSON *history, int64_t wall_ms);
+/* The final event as JSON text (malloc'd, taken), or NULL on OOM. */
+char *events_final(const job *j, const char *schema_name, const char *model,
+                   const cJSON *history, int64_t wall_ms);
 cJSON *events_escalation(const job *j, const char *schema_name, const char *model,
                          const cJSON *history, int64_t wall_ms);
 cJSON *events_dead_letter(const char *reason, const cJSON *violations, const char *job_id,

@@ -297,6 +297,13 @@ static void produce_outcome(wjob *j) {
         {"content-type", "application/json"},
     };
     char err[512];
+    if (!j->ev_value) {
+        /* Out of memory building the event: nothing is stored, so a
+         * restarted worker does the job again; limping on helps no one. */
+        log_error(j->job.job_id, j->ev_attempt, "out of memory building the %s event; exiting",
+                  events_ce_type(j->ev_type));
+        exit(3);
+    }
     const char *key = j->is_dlq ? j->msg_key : j->job.job_id;
     int rc = kafka_io_produce(w->kio, j->ev_topic, key, j->ev_value, strlen(j->ev_value), hdrs, 7,
                               j, err, sizeof(err));
@@ -369,8 +376,8 @@ static void build_from_history(wjob *j, const char *status, const cJSON *history
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(last, "attempt");
     int attempt = cJSON_IsNumber(att) ? (int)att->valuedouble : j->job.attempt;
     if (!strcmp(status, "final")) {
-        set_event(j, EVENT_FINAL, w->t_final, attempt,
-                  events_final(&j->job, j->schema_name, j->model, history, util_wall_ms()), NULL);
+        set_event(j, EVENT_FINAL, w->t_final, attempt, NULL,
+                  events_final(&j->job, j->schema_name, j->model, history, util_wall_ms()));
     } else {
         set_event(j, EVENT_ESCALATED, w->t_esc, attempt,
                   events_escalation(&j->job, j->schema_name, j->model, history, util_wall_ms()), NULL);

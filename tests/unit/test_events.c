@@ -1,0 +1,86 @@
+/* The final event, written as text, carries what its history says. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "events.h"
+#include "jsonout.h"
+
+static cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+static void test_final_from_history(void **s) {
+    (void)s;
+    job j = {0};
+    j.doc = cJSON_Parse("{\"job_id\":\"id \\\"q\\\" \\u00e9\",\"metadata\":{\"k\":[1,2.5,\"x\"]},\"batch_id\":\"b1\"}");
+    j.job_id = get(j.doc, "job_id")->valuestring;
+    j.metadata = get(j.doc, "metadata");
+    j.batch_id = get(j.doc, "batch_id")->valuestring;
+    j.attempt = 2;
+    cJSON *history = cJSON_Parse(
+        "[{\"attempt\":1,\"outcome\":\"invalid\",\"violations\":[{\"code\":\"MISSING_FIELD\"},{\"code\":\"WRONG_TYPE\"},"
+        "{\"nocode\":1}],\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":20},\"latency_ms\":12.345},"
+        "{\"attempt\":2,\"outcome\":\"valid\",\"violations\":[],\"usage\":{\"prompt_tokens\":130,\"completion_tokens\":25},"
+        "\"latency_ms\":7}]");
+    /* The last record's value as the worker stores it: printed once, raw. */
+    cJSON *raw = cJSON_CreateRaw("{\"price\":19.99,\"name\":\"caf\xc3\xa9\"}");
+    cJSON_AddItemToObject(cJSON_GetArrayItem(history, 1), "value", raw);
+
+    char *text = events_final(&j, "product.v1", "m-1", history, 1763776000123);
+    assert_non_null(text);
+    cJSON *ev = cJSON_Parse(text);
+    assert_non_null(ev);
+    assert_string_equal(get(ev, "job_id")->valuestring, j.job_id);
+    assert_int_equal(get(ev, "attempt")->valueint, 2);
+    assert_int_equal(get(ev, "attempts")->valueint, 2);
+    assert_int_equal(get(get(ev, "usage"), "prompt_tokens")->valueint, 230);
+    assert_int_equal(get(get(ev, "usage"), "completion_tokens")->valueint, 45);
+    assert_int_equal(get(get(ev, "usage"), "total_tokens")->valueint, 275);
+    assert_true(cJSON_Compare(get(ev, "metadata"), j.metadata, 1));
+    assert_string_equal(get(ev, "batch_id")->valuestring, "b1");
+    assert_string_equal(get(ev, "schema")->valuestring, "product.v1");
+    assert_string_equal(get(ev, "model")->valuestring, "m-1");
+    assert_string_equal(get(ev, "finished_at")->valuestring, "2025-11-22T01:46:40.123Z");
+    cJSON *want = cJSON_Parse("{\"price\":19.99,\"name\":\"caf\\u00e9\"}");
+    assert_true(cJSON_Compare(get(ev, "output"), want, 1));
+    cJSON *sum = get(ev, "summary");
+    assert_int_equal(cJSON_GetArraySize(sum), 2);
+    cJSON *s0 = cJSON_GetArrayItem(sum, 0);
+    assert_string_equal(get(s0, "outcome")->valuestring, "invalid");
+    assert_int_equal(cJSON_GetArraySize(get(s0, "codes")), 2);
+    assert_string_equal(cJSON_GetArrayItem(get(s0, "codes"), 1)->valuestring, "WRONG_TYPE");
+    assert_true(get(s0, "latency_ms")->valuedouble == 12.345);
+    /* Compact, as every other event: no whitespace outside strings. */
+    char *again = jsonout_print(ev);
+    assert_string_equal(again, text);
+    free(again);
+    free(text);
+    cJSON_Delete(ev);
+
+    /* No model, no batch, no metadata, no value. */
+    j.batch_id = NULL;
+    j.metadata = NULL;
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(history, 1), "value");
+    text = events_final(&j, "inline", NULL, history, 0);
+    ev = cJSON_Parse(text);
+    assert_non_null(ev);
+    assert_null(get(ev, "model"));
+    assert_true(cJSON_IsNull(get(ev, "batch_id")));
+    assert_true(cJSON_IsNull(get(ev, "metadata")));
+    assert_true(cJSON_IsNull(get(ev, "output")));
+    free(text);
+    cJSON_Delete(ev);
+    cJSON_Delete(want);
+    cJSON_Delete(history);
+    cJSON_Delete(j.doc);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_final_from_history),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
