@@ -3451,30 +3451,36 @@ static inline __attribute__((always_inline)) int assert_kw(vctx *c, const node *
 }
 
 
+/* A schema of assertions only: no recursion, scope or annotations to
+ * manage.  Shared by eval and eval_child. */
+static inline __attribute__((always_inline)) int eval_leaf(vctx *c, const node *n, const cJSON *inst)
+{
+    if (n->fast) {
+        int r = leaf_fast(c, n, inst);
+        if (r)
+            return r;
+    }
+    int ok = 1;
+    for (int i = 0; i < n->norder; i++) {
+        int r = assert_kw(c, n, n->order[i], inst);
+        if (r <= 0) {
+            if (r < 0)
+                return -1;
+            ok = 0;
+            if (!c->record)
+                return 0;
+        }
+    }
+    return ok;
+}
+
 /* eval() of a child instance: schemas with assertions only are checked
  * here without a call (most property and item schemas are like that). */
 static inline __attribute__((always_inline)) int eval_child(vctx *c, const node *n,
                                                              const cJSON *inst)
 {
-    if (n->leaf) {
-        if (n->fast) {
-            int r = leaf_fast(c, n, inst);
-            if (r)
-                return r;
-        }
-        int ok = 1;
-        for (int i = 0; i < n->norder; i++) {
-            int r = assert_kw(c, n, n->order[i], inst);
-            if (r <= 0) {
-                if (r < 0)
-                    return -1;
-                ok = 0;
-                if (!c->record)
-                    return 0;
-            }
-        }
-        return ok;
-    }
+    if (n->leaf)
+        return eval_leaf(c, n, inst);
     return eval(c, n, inst, NULL);
 }
 
@@ -4428,26 +4434,8 @@ static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
             return 1;
         return report(c, n, NULL, SCHEMA_INVALID_VALUE, inst, NULL, "no value is allowed here");
     }
-    if (n->leaf) {
-        /* only assertions: no recursion, scope or annotations to manage */
-        if (n->fast) {
-            int r = leaf_fast(c, n, inst);
-            if (r)
-                return r;
-        }
-        int ok = 1;
-        for (int i = 0; i < n->norder; i++) {
-            int r = assert_kw(c, n, n->order[i], inst);
-            if (r <= 0) {
-                if (r < 0)
-                    return -1;
-                ok = 0;
-                if (!c->record)
-                    return 0;
-            }
-        }
-        return ok;
-    }
+    if (n->leaf)
+        return eval_leaf(c, n, inst);
     if (c->depth >= MAX_EVAL_DEPTH)
         return limit(c, "validation depth limit (%d) exceeded at %s", MAX_EVAL_DEPTH,
                      n->loc[0] ? n->loc : "/");
