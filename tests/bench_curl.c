@@ -19,14 +19,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <uv.h>
 
 typedef struct bench bench;
 
+/* One curl multi handle and its timer. curl 7.88 walks every connection of a
+ * multi's cache when a transfer starts (looking for one to reuse) and again
+ * when one is removed, so one multi holding 10,000 HTTP/1.1 connections costs
+ * O(n) per request. Transfers are spread over lanes of at most lane_size. */
+typedef struct lane {
+    bench *b;
+    CURLM *multi;
+    uv_timer_t timer;
+    long inflight;
+} lane;
+
 typedef struct req {
     bench *b;
+    lane *ln;
     CURL *easy;
     struct curl_slist *headers;
     char *resp;
@@ -36,13 +49,13 @@ typedef struct req {
 typedef struct sock_ctx {
     uv_poll_t poll;
     curl_socket_t fd;
-    bench *b;
+    lane *ln;
 } sock_ctx;
 
 struct bench {
     uv_loop_t *loop;
-    CURLM *multi;
-    uv_timer_t timer;
+    lane *lanes;
+    long nlanes, lane_size;
     const char *url;
     char *auth_header;
     const char *id_prefix;
@@ -61,7 +74,7 @@ static double now_s(void) {
 }
 
 static void start_more(bench *b);
-static void check_done(bench *b);
+static void check_done(lane *ln);
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
     req *r = ud;
@@ -86,21 +99,21 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
     if (status < 0) flags = CURL_CSELECT_ERR;
     if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
     if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
-    curl_multi_socket_action(sc->b->multi, sc->fd, flags, &running);
-    check_done(sc->b);
+    curl_multi_socket_action(sc->ln->multi, sc->fd, flags, &running);
+    check_done(sc->ln);
 }
 
 static void sock_close_cb(uv_handle_t *h) { free(h->data); }
 
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-    bench *b = userp;
+    lane *ln = userp;
     sock_ctx *sc = socketp;
     (void)easy;
     if (what == CURL_POLL_REMOVE) {
         if (sc) {
             uv_poll_stop(&sc->poll);
             uv_close((uv_handle_t *)&sc->poll, sock_close_cb);
-            curl_multi_assign(b->multi, fd, NULL);
+            curl_multi_assign(ln->multi, fd, NULL);
         }
         return 0;
     }
@@ -108,13 +121,13 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         sc = calloc(1, sizeof(*sc));
         if (!sc) return -1;
         sc->fd = fd;
-        sc->b = b;
-        if (uv_poll_init_socket(b->loop, &sc->poll, fd)) {
+        sc->ln = ln;
+        if (uv_poll_init_socket(ln->b->loop, &sc->poll, fd)) {
             free(sc);
             return -1;
         }
         sc->poll.data = sc;
-        curl_multi_assign(b->multi, fd, sc);
+        curl_multi_assign(ln->multi, fd, sc);
     }
     int events = 0;
     if (what & CURL_POLL_IN) events |= UV_READABLE;
@@ -124,17 +137,17 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
 }
 
 static void timer_cb(uv_timer_t *t) {
-    bench *b = t->data;
+    lane *ln = t->data;
     int running;
-    curl_multi_socket_action(b->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_done(b);
+    curl_multi_socket_action(ln->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(ln);
 }
 
 static int timer_fn(CURLM *multi, long timeout_ms, void *userp) {
-    bench *b = userp;
+    lane *ln = userp;
     (void)multi;
-    if (timeout_ms < 0) uv_timer_stop(&b->timer);
-    else uv_timer_start(&b->timer, timer_cb, (uint64_t)timeout_ms, 0);
+    if (timeout_ms < 0) uv_timer_stop(&ln->timer);
+    else uv_timer_start(&ln->timer, timer_cb, (uint64_t)timeout_ms, 0);
     return 0;
 }
 
@@ -148,10 +161,11 @@ static void req_free(req *r) {
     free(r);
 }
 
-static void check_done(bench *b) {
+static void check_done(lane *ln) {
+    bench *b = ln->b;
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(b->multi, &left))) {
+    while ((msg = curl_multi_info_read(ln->multi, &left))) {
         if (msg->msg != CURLMSG_DONE) continue;
         CURL *easy = msg->easy_handle;
         CURLcode code = msg->data.result;
@@ -159,7 +173,8 @@ static void check_done(bench *b) {
         long status = 0;
         curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&r);
         curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-        curl_multi_remove_handle(b->multi, easy);
+        curl_multi_remove_handle(ln->multi, easy);
+        ln->inflight--;
         if (code == CURLE_OK && status == 200 && r->resp_len > 0) b->ok++;
         else b->errors++;
         b->done++;
@@ -169,11 +184,20 @@ static void check_done(bench *b) {
     start_more(b);
 }
 
+/* The first lane with room: filling low lanes first keeps their idle
+ * connections warm for reuse at low concurrency. */
+static lane *lane_pick(bench *b) {
+    for (long i = 0; i < b->nlanes; i++)
+        if (b->lanes[i].inflight < b->lane_size) return &b->lanes[i];
+    return &b->lanes[b->nlanes - 1];
+}
+
 static int start_one(bench *b) {
     long i = b->started;
     req *r = calloc(1, sizeof(*r));
     if (!r) return -1;
     r->b = b;
+    r->ln = lane_pick(b);
     r->easy = b->idle_count ? b->idle[--b->idle_count] : curl_easy_init();
     if (!r->easy) {
         free(r);
@@ -201,12 +225,13 @@ static int start_one(bench *b) {
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    if (!strncasecmp(b->url, "https://", 8)) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
-    if (curl_multi_add_handle(b->multi, e) != CURLM_OK) {
+    if (curl_multi_add_handle(r->ln->multi, e) != CURLM_OK) {
         req_free(r);
         return -1;
     }
+    r->ln->inflight++;
     b->started++;
     b->inflight++;
     return 0;
@@ -251,6 +276,7 @@ int main(int argc, char **argv) {
     b.total = 10000;
     b.concurrency = 64;
     b.id_prefix = "curl";
+    b.lane_size = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--url") && v) b.url = argv[++i];
@@ -259,13 +285,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--concurrency") && v) b.concurrency = atol(argv[++i]);
         else if (!strcmp(a, "--id-prefix") && v) b.id_prefix = argv[++i];
         else if (!strcmp(a, "--api-key") && v) api_key = argv[++i];
+        else if (!strcmp(a, "--lane-size") && v) b.lane_size = atol(argv[++i]);
         else {
             fprintf(stderr, "usage: bench-curl --url URL --bodies FILE [--requests N] "
-                            "[--concurrency C] [--id-prefix P] [--api-key KEY]\n");
+                            "[--concurrency C] [--id-prefix P] [--api-key KEY] [--lane-size N]\n");
             return 2;
         }
     }
-    if (!b.url || !bodies || b.total <= 0 || b.concurrency <= 0) {
+    if (!b.url || !bodies || b.total <= 0 || b.concurrency <= 0 || b.lane_size <= 0) {
         fprintf(stderr, "bench-curl: --url and --bodies are required\n");
         return 2;
     }
@@ -281,18 +308,25 @@ int main(int argc, char **argv) {
     if (api_key && asprintf(&b.auth_header, "Authorization: Bearer %s", api_key) < 0) return 1;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     b.loop = uv_default_loop();
-    b.multi = curl_multi_init();
+    b.nlanes = (b.concurrency + b.lane_size - 1) / b.lane_size;
+    b.lanes = calloc((size_t)b.nlanes, sizeof(*b.lanes));
     b.idle_cap = 1024;
     b.idle = calloc(b.idle_cap, sizeof(*b.idle));
-    if (!b.multi || !b.idle) return 1;
-    curl_multi_setopt(b.multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-    curl_multi_setopt(b.multi, CURLMOPT_SOCKETDATA, &b);
-    curl_multi_setopt(b.multi, CURLMOPT_TIMERFUNCTION, timer_fn);
-    curl_multi_setopt(b.multi, CURLMOPT_TIMERDATA, &b);
-    curl_multi_setopt(b.multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-    curl_multi_setopt(b.multi, CURLMOPT_MAXCONNECTS, 100000L);
-    uv_timer_init(b.loop, &b.timer);
-    b.timer.data = &b;
+    if (!b.lanes || !b.idle) return 1;
+    for (long i = 0; i < b.nlanes; i++) {
+        lane *ln = &b.lanes[i];
+        ln->b = &b;
+        ln->multi = curl_multi_init();
+        if (!ln->multi) return 1;
+        curl_multi_setopt(ln->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+        curl_multi_setopt(ln->multi, CURLMOPT_SOCKETDATA, ln);
+        curl_multi_setopt(ln->multi, CURLMOPT_TIMERFUNCTION, timer_fn);
+        curl_multi_setopt(ln->multi, CURLMOPT_TIMERDATA, ln);
+        curl_multi_setopt(ln->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+        curl_multi_setopt(ln->multi, CURLMOPT_MAXCONNECTS, 100000L);
+        uv_timer_init(b.loop, &ln->timer);
+        ln->timer.data = ln;
+    }
 
     struct rusage r0, r1;
     getrusage(RUSAGE_SELF, &r0);
@@ -313,14 +347,17 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     for (size_t i = 0; i < b.idle_count; i++) curl_easy_cleanup(b.idle[i]);
-    curl_multi_cleanup(b.multi);
-    uv_timer_stop(&b.timer);
-    uv_close((uv_handle_t *)&b.timer, NULL);
+    for (long i = 0; i < b.nlanes; i++) {
+        curl_multi_cleanup(b.lanes[i].multi);
+        uv_timer_stop(&b.lanes[i].timer);
+        uv_close((uv_handle_t *)&b.lanes[i].timer, NULL);
+    }
     uv_run(b.loop, UV_RUN_DEFAULT);
     uv_loop_close(b.loop);
     for (size_t i = 0; i < b.nbodies; i++) free(b.bodies[i]);
     free(b.bodies);
     free(b.idle);
+    free(b.lanes);
     free(b.auth_header);
     curl_global_cleanup();
     return b.errors ? 1 : 0;

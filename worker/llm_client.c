@@ -8,8 +8,26 @@
 
 #include "util.h"
 
+/* Calls are spread over lanes, each its own curl multi handle with its own
+ * timer and connection cache.  curl 7.88 walks every connection in a multi's
+ * cache when a transfer starts (looking for one to reuse) and again when one
+ * is removed, so a single multi holding 10,000 HTTP/1.1 connections costs
+ * O(n) per call: measured here, 483 us of CPU per call at 10,000 in flight
+ * against 75-82 us with lanes of 64-256 calls.  Low lanes are filled first so
+ * that at low concurrency one lane (one cache) keeps its connections warm. */
+#define LANE_SIZE 64
+
+typedef struct lane {
+    llm_client *client;
+    CURLM *multi;
+    uv_timer_t timer;
+    size_t index;
+    size_t inflight;
+} lane;
+
 struct llm_call {
     llm_client *client;
+    lane *ln;
     CURL *easy;
     struct curl_slist *headers;
     char *body;
@@ -27,48 +45,50 @@ struct llm_call {
 typedef struct sock_ctx {
     uv_poll_t poll;
     curl_socket_t fd;
-    llm_client *client;
+    lane *ln;
 } sock_ctx;
 
 struct llm_client {
     uv_loop_t *loop;
-    CURLM *multi;
-    uv_timer_t timer;
+    lane **lanes;          /* each allocated on its own: handles point at it */
+    size_t nlanes, lanes_cap;
+    size_t lane_hint;      /* no lane below this one has room */
     llm_provider provider;
     char *url;
     char *auth_header;     /* secret: never logged */
     char *version_header;
     long timeout_ms, connect_timeout_ms;
     size_t max_response_bytes;
+    int tls;               /* https URL: HTTP/2 may be offered (ALPN) */
     size_t inflight;
     CURL **idle;           /* easy handles kept for reuse */
     size_t idle_count, idle_cap;
 };
 
-static void check_done(llm_client *c);
+static void check_done(lane *ln);
 
 static void poll_cb(uv_poll_t *handle, int status, int events) {
     sock_ctx *sc = handle->data;
-    llm_client *c = sc->client;
+    lane *ln = sc->ln;
     int flags = 0;
     if (status < 0) flags = CURL_CSELECT_ERR;
     if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
     if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
     int running;
-    curl_multi_socket_action(c->multi, sc->fd, flags, &running);
-    check_done(c);
+    curl_multi_socket_action(ln->multi, sc->fd, flags, &running);
+    check_done(ln);
 }
 
 static void sock_close_cb(uv_handle_t *h) { free(h->data); }
 
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-    llm_client *c = userp;
+    lane *ln = userp;
     sock_ctx *sc = socketp;
     if (what == CURL_POLL_REMOVE) {
         if (sc) {
             uv_poll_stop(&sc->poll);
             uv_close((uv_handle_t *)&sc->poll, sock_close_cb);
-            curl_multi_assign(c->multi, fd, NULL);
+            curl_multi_assign(ln->multi, fd, NULL);
         }
         return 0;
     }
@@ -76,13 +96,13 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         sc = calloc(1, sizeof(*sc));
         if (!sc) return -1;
         sc->fd = fd;
-        sc->client = c;
-        if (uv_poll_init_socket(c->loop, &sc->poll, fd) != 0) {
+        sc->ln = ln;
+        if (uv_poll_init_socket(ln->client->loop, &sc->poll, fd) != 0) {
             free(sc);
             return -1;
         }
         sc->poll.data = sc;
-        curl_multi_assign(c->multi, fd, sc);
+        curl_multi_assign(ln->multi, fd, sc);
     }
     int events = 0;
     if (what & CURL_POLL_IN) events |= UV_READABLE;
@@ -92,16 +112,17 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
 }
 
 static void timer_cb(uv_timer_t *t) {
-    llm_client *c = t->data;
+    lane *ln = t->data;
     int running;
-    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    check_done(c);
+    curl_multi_socket_action(ln->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(ln);
 }
 
 static int timer_fn(CURLM *multi, long timeout_ms, void *userp) {
-    llm_client *c = userp;
-    if (timeout_ms < 0) uv_timer_stop(&c->timer);
-    else uv_timer_start(&c->timer, timer_cb, (uint64_t)timeout_ms, 0);
+    lane *ln = userp;
+    (void)multi;
+    if (timeout_ms < 0) uv_timer_stop(&ln->timer);
+    else uv_timer_start(&ln->timer, timer_cb, (uint64_t)timeout_ms, 0);
     return 0;
 }
 
@@ -183,18 +204,26 @@ static void call_free(llm_call *call) {
     free(call);
 }
 
-static void check_done(llm_client *c) {
+/* A call left its lane: the lane has room again. */
+static void lane_release(llm_client *c, lane *ln) {
+    ln->inflight--;
+    c->inflight--;
+    if (ln->index < c->lane_hint) c->lane_hint = ln->index;
+}
+
+static void check_done(lane *ln) {
+    llm_client *c = ln->client;
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(c->multi, &left))) {
+    while ((msg = curl_multi_info_read(ln->multi, &left))) {
         if (msg->msg != CURLMSG_DONE) continue;
         /* msg is valid only until the next curl call: copy what we need. */
         CURL *easy = msg->easy_handle;
         CURLcode code = msg->data.result;
         llm_call *call = NULL;
         curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&call);
-        curl_multi_remove_handle(c->multi, easy);
-        c->inflight--;
+        curl_multi_remove_handle(ln->multi, easy);
+        lane_release(c, ln);
         llm_response resp = {0};
         resp.retry_after_ms = call->retry_after_ms;
         resp.should_retry = call->should_retry;
@@ -214,6 +243,46 @@ static void check_done(llm_client *c) {
         call->cb(call->ud, &resp);
         call_free(call);
     }
+}
+
+static void lane_close_cb(uv_handle_t *h) { free(h->data); }
+
+/* The lowest lane with room, made when every lane is full; NULL when out of
+ * memory. */
+static lane *lane_pick(llm_client *c) {
+    for (size_t i = c->lane_hint; i < c->nlanes; i++) {
+        if (c->lanes[i]->inflight < LANE_SIZE) {
+            c->lane_hint = i;
+            return c->lanes[i];
+        }
+    }
+    if (c->nlanes == c->lanes_cap) {
+        size_t cap = c->lanes_cap ? c->lanes_cap * 2 : 8;
+        lane **p = realloc(c->lanes, cap * sizeof(*p));
+        if (!p) return NULL;
+        c->lanes = p;
+        c->lanes_cap = cap;
+    }
+    lane *ln = calloc(1, sizeof(*ln));
+    if (!ln) return NULL;
+    ln->multi = curl_multi_init();
+    if (!ln->multi) {
+        free(ln);
+        return NULL;
+    }
+    ln->client = c;
+    ln->index = c->nlanes;
+    curl_multi_setopt(ln->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(ln->multi, CURLMOPT_SOCKETDATA, ln);
+    curl_multi_setopt(ln->multi, CURLMOPT_TIMERFUNCTION, timer_fn);
+    curl_multi_setopt(ln->multi, CURLMOPT_TIMERDATA, ln);
+    curl_multi_setopt(ln->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(ln->multi, CURLMOPT_MAXCONNECTS, 100000L);
+    uv_timer_init(c->loop, &ln->timer);
+    ln->timer.data = ln;
+    c->lanes[c->nlanes++] = ln;
+    c->lane_hint = ln->index;
+    return ln;
 }
 
 llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char *err, size_t errlen) {
@@ -239,6 +308,7 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
         c->url = NULL;
         goto fail;
     }
+    c->tls = !strncasecmp(c->url, "https://", 8);
     if (opts->api_key && opts->api_key[0]) {
         int rc = opts->provider == LLM_PROVIDER_ANTHROPIC
                      ? asprintf(&c->auth_header, "x-api-key: %s", opts->api_key)
@@ -253,21 +323,11 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
     }
     c->idle_cap = 1024;
     c->idle = calloc(c->idle_cap, sizeof(*c->idle));
-    c->multi = curl_multi_init();
-    if (!c->idle || !c->multi) goto fail;
-    curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-    curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
-    curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, timer_fn);
-    curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
-    curl_multi_setopt(c->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 100000L);
-    uv_timer_init(loop, &c->timer);
-    c->timer.data = c;
+    if (!c->idle) goto fail;
     return c;
 fail:
     snprintf(err, errlen, "llm client: out of memory");
     if (c) {
-        if (c->multi) curl_multi_cleanup(c->multi);
         free(c->idle);
         free(c->url);
         free(c->auth_header);
@@ -290,6 +350,8 @@ int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body
     call->ud = ud;
     call->retry_after_ms = -1;
     call->should_retry = -1;
+    call->ln = lane_pick(c);
+    if (!call->ln) goto fail;
     call->easy = c->idle_count ? c->idle[--c->idle_count] : curl_easy_init();
     if (!call->easy) goto fail;
     char line[512];
@@ -320,9 +382,14 @@ int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    /* Waiting for a connection that may multiplex pays only over TLS, where
+     * ALPN says so at handshake.  Over plain http curl would learn it only
+     * from the first response, so every call of a burst would wait a whole
+     * LLM call for it (and then time out). */
+    if (c->tls) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
-    if (curl_multi_add_handle(c->multi, e) != CURLM_OK) goto fail;
+    if (curl_multi_add_handle(call->ln->multi, e) != CURLM_OK) goto fail;
+    call->ln->inflight++;
     c->inflight++;
     if (out) *out = call;
     return 0;
@@ -332,28 +399,29 @@ fail:
 }
 
 void llm_client_cancel(llm_client *c, llm_call *call) {
-    curl_multi_remove_handle(c->multi, call->easy);
-    c->inflight--;
+    curl_multi_remove_handle(call->ln->multi, call->easy);
+    lane_release(c, call->ln);
     call_free(call);
 }
 
 size_t llm_client_inflight(const llm_client *c) { return c->inflight; }
 
-static void timer_close_cb(uv_handle_t *h) {
-    llm_client *c = h->data;
-    free(c);
-}
-
 void llm_client_free(llm_client *c) {
     if (!c) return;
     /* Calls still in flight belong to their owners, who cancel them first;
-     * what remains here is the idle pool and the multi handle. */
+     * what remains here is the idle pool and the lanes.  A lane is freed
+     * when libuv has closed its timer. */
     for (size_t i = 0; i < c->idle_count; i++) curl_easy_cleanup(c->idle[i]);
-    curl_multi_cleanup(c->multi);
+    for (size_t i = 0; i < c->nlanes; i++) {
+        lane *ln = c->lanes[i];
+        curl_multi_cleanup(ln->multi);
+        uv_timer_stop(&ln->timer);
+        uv_close((uv_handle_t *)&ln->timer, lane_close_cb);
+    }
+    free(c->lanes);
     free(c->idle);
     free(c->url);
     free(c->auth_header);
     free(c->version_header);
-    uv_timer_stop(&c->timer);
-    uv_close((uv_handle_t *)&c->timer, timer_close_cb);
+    free(c);
 }

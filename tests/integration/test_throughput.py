@@ -74,3 +74,25 @@ def test_full_for_longer_than_max_poll_interval_stays_in_group(stack):
     assert "maximum poll interval" not in log
     assert "revoked" not in log
     assert stack.stop_worker(w) == 0
+
+
+def test_hundreds_of_calls_in_flight_in_one_process(stack):
+    """600 slow calls at once from one worker: more than one curl lane (64
+    calls each) is busy at the same time, and every job still gets exactly
+    one call and one outcome."""
+    stack.start_worker("--set", "llm.max_inflight=600")
+    ids = ["lanes-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(600)]
+    stack.produce_jobs([job(j, directive="latency_ms=2500") for j in ids])
+    peak = 0
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        st = stack.llm_stats()
+        peak = max(peak, st["suspended"])
+        if st["requests"] >= 600 and st["suspended"] == 0:
+            break
+        time.sleep(0.05)
+    check_exactly_once(stack, ids)
+    assert 400 <= peak <= 600, peak
+    calls = stack.llm_stats()["calls"]
+    bad = {j: calls.get(j + ":1") for j in ids if calls.get(j + ":1") != 1}
+    assert not bad, (len(bad), list(bad.items())[:5], list(calls.items())[:5])
