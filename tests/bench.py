@@ -247,6 +247,39 @@ def feed_backlog(st, docs, limit=40000, chunk=10000):
     return th
 
 
+def steady_rate(times, width):
+    """Outcomes per second once the pipeline is full: the median, over
+    windows of `width` seconds sliding by 0.1 s from the first outcome to the
+    last, of outcomes in the window / width.  With calls of latency L a
+    window of 2L always spans whole in-flight turnovers, so filling (first
+    connections, the first L without outcomes) and draining do not count;
+    jobs_per_s, over the whole run, keeps them.  None when the run is
+    shorter than two windows."""
+    import bisect
+    if len(times) < 2 or times[-1] - times[0] < 2 * width:
+        return None
+    rates, t = [], times[0]
+    while t + width <= times[-1]:
+        n = bisect.bisect_left(times, t + width) - bisect.bisect_left(times, t)
+        rates.append(n / width)
+        t += 0.1
+    rates.sort()
+    return round(rates[len(rates) // 2], 1)
+
+
+def per_second(times, t0):
+    """Outcomes in each second since t0 (the shape of the run)."""
+    out = []
+    for t in times:
+        i = int(t - t0)
+        if i < 0:
+            continue
+        while len(out) <= i:
+            out.append(0)
+        out[i] += 1
+    return out
+
+
 def outcome_table(st, ids):
     """job id -> (topic, ts, value) of the first outcome event."""
     res = {}
@@ -352,6 +385,9 @@ def run_scenario(sc):
         elapsed = max(1e-3, t_last - t0)
         res["elapsed_s"] = round(elapsed, 2)
         res["jobs_per_s"] = round(len(outs) / elapsed, 1)
+        times = sorted(ts / 1000.0 for _, ts, _ in outs.values())
+        res["steady_jobs_per_s"] = steady_rate(times, max(1.0, 2 * sc.get("latency_ms", 0) / 1000.0))
+        res["outcomes_per_s_by_second"] = per_second(times, t0)
         res["cpu_us_per_job"] = round((c1 - c0) * 1e6 / max(1, len(outs)), 1)
         res["worker_cpu_pct"] = round(100 * (c1 - c0) / elapsed, 1)
         hwm = proc_status_kb(w.pid, "VmHWM")
@@ -456,6 +492,9 @@ def run_scenario(sc):
          res.get("added_latency_p99_ms", 0), res.get("rss_peak_mb", 0), res.get("rss_idle_mb", 0),
          res.get("inflight_peak", 0), res.get("finals", 0), res.get("escalations", 0),
          res.get("missing", 0), res.get("duplicates", 0)))
+    if res.get("steady_jobs_per_s"):
+        log("  %s: steady %.0f jobs/s (pipeline full); outcomes per second: %s" %
+            (name, res["steady_jobs_per_s"], " ".join(str(x) for x in res.get("outcomes_per_s_by_second", []))))
     return res
 
 
