@@ -25,11 +25,22 @@ typedef struct lane {
     size_t inflight;
 } lane;
 
+/* A call and its easy handle live together and are pooled together: the
+ * handle keeps the options set when it was made (no curl_easy_reset per call)
+ * and the call keeps its response buffer.  glibc consolidates its fast bins
+ * on every large (>= 1 KiB) malloc, so a fresh response buffer and a fresh
+ * curl download buffer per call cost more than their own size suggests. */
+#define IDLE_MAX 1024
+#define RESP_KEEP_MAX (64 * 1024)
+
 struct llm_call {
     llm_client *client;
     lane *ln;
     CURL *easy;
-    struct curl_slist *headers;
+    /* The two per-call headers, ahead of the client's constant ones. */
+    struct curl_slist hdr[2];
+    char job_hdr[448];
+    char attempt_hdr[40];
     char *body;
     char *resp;
     size_t resp_len, resp_cap;
@@ -61,8 +72,9 @@ struct llm_client {
     size_t max_response_bytes;
     int tls;               /* https URL: HTTP/2 may be offered (ALPN) */
     size_t inflight;
-    CURL **idle;           /* easy handles kept for reuse */
-    size_t idle_count, idle_cap;
+    struct curl_slist *base_headers; /* the same for every call */
+    llm_call **idle;       /* finished calls kept for reuse, with their handles */
+    size_t idle_count;
 };
 
 static void check_done(lane *ln);
@@ -189,19 +201,64 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud) {
     return n;
 }
 
-static void call_free(llm_call *call) {
-    llm_client *c = call->client;
-    if (call->easy) {
-        /* Keep the handle: reuse spares its setup; the connection cache
-         * lives in the multi handle. */
-        curl_easy_reset(call->easy);
-        if (c->idle_count < c->idle_cap) c->idle[c->idle_count++] = call->easy;
-        else curl_easy_cleanup(call->easy);
-    }
-    curl_slist_free_all(call->headers);
+static void call_destroy(llm_call *call) {
+    if (call->easy) curl_easy_cleanup(call->easy);
     free(call->body);
     free(call->resp);
     free(call);
+}
+
+/* A finished (or failed to start) call goes back to the pool. */
+static void call_release(llm_call *call) {
+    llm_client *c = call->client;
+    free(call->body);
+    call->body = NULL;
+    if (call->resp_cap > RESP_KEEP_MAX) {
+        free(call->resp);
+        call->resp = NULL;
+        call->resp_cap = 0;
+    }
+    if (call->easy && c->idle_count < IDLE_MAX) c->idle[c->idle_count++] = call;
+    else call_destroy(call);
+}
+
+/* A call with its easy handle set up with everything that does not change
+ * from call to call. */
+static llm_call *call_new(llm_client *c) {
+    llm_call *call = calloc(1, sizeof(*call));
+    if (!call) return NULL;
+    call->client = c;
+    call->easy = curl_easy_init();
+    if (!call->easy) {
+        free(call);
+        return NULL;
+    }
+    call->hdr[0].data = call->job_hdr;
+    call->hdr[0].next = &call->hdr[1];
+    call->hdr[1].data = call->attempt_hdr;
+    call->hdr[1].next = c->base_headers;
+    CURL *e = call->easy;
+    curl_easy_setopt(e, CURLOPT_URL, c->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->hdr);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, call);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    /* Waiting for a connection that may multiplex pays only over TLS, where
+     * ALPN says so at handshake.  Over plain http curl would learn it only
+     * from the first response, so every call of a burst would wait a whole
+     * LLM call for it (and then time out). */
+    if (c->tls) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    return call;
 }
 
 /* A call left its lane: the lane has room again. */
@@ -241,7 +298,7 @@ static void check_done(lane *ln) {
             else resp.error = call->errbuf[0] ? call->errbuf : curl_easy_strerror(code);
         }
         call->cb(call->ud, &resp);
-        call_free(call);
+        call_release(call);
     }
 }
 
@@ -321,13 +378,19 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
         c->version_header = NULL;
         goto fail;
     }
-    c->idle_cap = 1024;
-    c->idle = calloc(c->idle_cap, sizeof(*c->idle));
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (!h) goto fail;
+    c->base_headers = h;
+    if (!(h = curl_slist_append(h, "Expect:"))) goto fail;
+    if (c->auth_header && !(h = curl_slist_append(h, c->auth_header))) goto fail;
+    if (c->version_header && !(h = curl_slist_append(h, c->version_header))) goto fail;
+    c->idle = calloc(IDLE_MAX, sizeof(*c->idle));
     if (!c->idle) goto fail;
     return c;
 fail:
     snprintf(err, errlen, "llm client: out of memory");
     if (c) {
+        curl_slist_free_all(c->base_headers);
         free(c->idle);
         free(c->url);
         free(c->auth_header);
@@ -339,69 +402,40 @@ fail:
 
 int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body,
                       llm_client_cb cb, void *ud, llm_call **out) {
-    llm_call *call = calloc(1, sizeof(*call));
+    lane *ln = lane_pick(c);
+    llm_call *call = !ln ? NULL : c->idle_count ? c->idle[--c->idle_count] : call_new(c);
     if (!call) {
         free(body);
         return -1;
     }
-    call->client = c;
+    call->ln = ln;
     call->body = body;
     call->cb = cb;
     call->ud = ud;
+    call->resp_len = 0;
+    if (call->resp) call->resp[0] = '\0';
+    call->too_large = 0;
     call->retry_after_ms = -1;
     call->should_retry = -1;
-    call->ln = lane_pick(c);
-    if (!call->ln) goto fail;
-    call->easy = c->idle_count ? c->idle[--c->idle_count] : curl_easy_init();
-    if (!call->easy) goto fail;
-    char line[512];
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    h = curl_slist_append(h, "Expect:");
-    if (c->auth_header) h = curl_slist_append(h, c->auth_header);
-    if (c->version_header) h = curl_slist_append(h, c->version_header);
-    snprintf(line, sizeof(line), "X-Retort-Job-Id: %s", job_id);
-    h = curl_slist_append(h, line);
-    snprintf(line, sizeof(line), "X-Retort-Attempt: %d", attempt);
-    h = curl_slist_append(h, line);
-    if (!h) goto fail;
-    call->headers = h;
-    CURL *e = call->easy;
-    curl_easy_setopt(e, CURLOPT_URL, c->url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->headers);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(call->body));
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, call);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    /* Waiting for a connection that may multiplex pays only over TLS, where
-     * ALPN says so at handshake.  Over plain http curl would learn it only
-     * from the first response, so every call of a burst would wait a whole
-     * LLM call for it (and then time out). */
-    if (c->tls) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
-    if (curl_multi_add_handle(call->ln->multi, e) != CURLM_OK) goto fail;
-    call->ln->inflight++;
+    call->errbuf[0] = '\0';
+    snprintf(call->job_hdr, sizeof(call->job_hdr), "X-Retort-Job-Id: %s", job_id);
+    snprintf(call->attempt_hdr, sizeof(call->attempt_hdr), "X-Retort-Attempt: %d", attempt);
+    curl_easy_setopt(call->easy, CURLOPT_POSTFIELDS, call->body);
+    curl_easy_setopt(call->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(call->body));
+    if (curl_multi_add_handle(ln->multi, call->easy) != CURLM_OK) {
+        call_release(call);
+        return -1;
+    }
+    ln->inflight++;
     c->inflight++;
     if (out) *out = call;
     return 0;
-fail:
-    call_free(call);
-    return -1;
 }
 
 void llm_client_cancel(llm_client *c, llm_call *call) {
     curl_multi_remove_handle(call->ln->multi, call->easy);
     lane_release(c, call->ln);
-    call_free(call);
+    call_release(call);
 }
 
 size_t llm_client_inflight(const llm_client *c) { return c->inflight; }
@@ -411,7 +445,7 @@ void llm_client_free(llm_client *c) {
     /* Calls still in flight belong to their owners, who cancel them first;
      * what remains here is the idle pool and the lanes.  A lane is freed
      * when libuv has closed its timer. */
-    for (size_t i = 0; i < c->idle_count; i++) curl_easy_cleanup(c->idle[i]);
+    for (size_t i = 0; i < c->idle_count; i++) call_destroy(c->idle[i]);
     for (size_t i = 0; i < c->nlanes; i++) {
         lane *ln = c->lanes[i];
         curl_multi_cleanup(ln->multi);
@@ -419,6 +453,7 @@ void llm_client_free(llm_client *c) {
         uv_close((uv_handle_t *)&ln->timer, lane_close_cb);
     }
     free(c->lanes);
+    curl_slist_free_all(c->base_headers);
     free(c->idle);
     free(c->url);
     free(c->auth_header);
