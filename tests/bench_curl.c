@@ -5,7 +5,10 @@
  *
  * Usage:
  *   bench-curl --url URL --bodies FILE [--requests N] [--concurrency C]
- *              [--id-prefix P] [--api-key KEY]
+ *              [--id-prefix P] [--api-key KEY] [--lane-size N]
+ *
+ * Calls are spread over curl multi handles of at most N calls each (default
+ * 64, as in the worker's llm_client: see its comment on lanes).
  *
  * FILE holds one request body per line; request i sends line i % lines.
  * Each request carries the headers the worker sends (Content-Type, an empty
@@ -276,7 +279,7 @@ int main(int argc, char **argv) {
     b.total = 10000;
     b.concurrency = 64;
     b.id_prefix = "curl";
-    b.lane_size = 256;
+    b.lane_size = 64; /* as the worker's llm_client */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--url") && v) b.url = argv[++i];
