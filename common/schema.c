@@ -24,6 +24,7 @@
 #include "schema_meta.h"
 #include "schema_regex.h"
 #include "schema_uri.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -995,40 +996,6 @@ done:
     return rc;
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 static int load_dir_rec(schema_registry *reg, const char *dir, const char *base_uri,
                         const char *rel, int depth, char *err, size_t errlen)
 {
@@ -1060,7 +1027,7 @@ static int load_dir_rec(schema_registry *reg, const char *dir, const char *base_
         if (nl < 5 || strcmp(e->d_name + nl - 5, ".json") != 0)
             continue;
         size_t len = 0;
-        char *text = read_file(full, &len);
+        char *text = util_read_file(full, &len);
         if (!text) {
             snprintf(err, errlen, "cannot read %s", full);
             rc = -1;

@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,4 +238,44 @@ char *sbuf_take(sbuf *b) {
     b->data = NULL;
     b->len = b->cap = 0;
     return p;
+}
+
+char *util_read_stream(FILE *f, size_t *len) {
+    size_t cap = 8192, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    for (;;) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (ferror(f)) {
+        free(buf);
+        if (!errno) errno = EIO;
+        return NULL;
+    }
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
+char *util_read_file(const char *path, size_t *len) {
+    if (!strcmp(path, "-")) return util_read_stream(stdin, len);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = util_read_stream(f, len);
+    int saved = errno;
+    fclose(f);
+    errno = saved;
+    return buf;
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 uint64_t util_mono_ms(void);  /* monotonic clock, milliseconds */
 uint64_t util_mono_us(void);  /* monotonic clock, microseconds */
@@ -21,6 +22,13 @@ int util_utf8_valid(const char *s, size_t len);
 size_t util_utf8_len(const char *s, size_t len);
 /* Largest n <= max such that s[0..n) does not end inside a code point. */
 size_t util_utf8_trim(const char *s, size_t len, size_t max);
+
+/* The rest of f, NUL-terminated; malloc'd, caller frees.  *len (may be
+ * NULL) receives the length.  NULL on a read error or out of memory. */
+char *util_read_stream(FILE *f, size_t *len);
+/* The whole file at path, as util_read_stream; "-" is stdin.  NULL with
+ * errno set when it cannot be opened or read. */
+char *util_read_file(const char *path, size_t *len);
 
 /* base64 (RFC 4648, padded) of data; malloc'd, NUL-terminated. */
 char *util_base64(const unsigned char *data, size_t len);

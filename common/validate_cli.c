@@ -2,6 +2,7 @@
 #include "validate_cli.h"
 #include "schema.h"
 #include "schema_uri.h"
+#include "util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -32,48 +33,6 @@ static const char USAGE[] =
     "the network.\n"
     "\n"
     "exit status: 0 all valid, 1 some invalid, 2 error\n";
-
-static char *read_all(FILE *f, size_t *len)
-{
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    if (!buf)
-        return NULL;
-    for (;;) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
-static char *read_path(const char *path, size_t *len)
-{
-    if (strcmp(path, "-") == 0)
-        return read_all(stdin, len);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = read_all(f, len);
-    fclose(f);
-    return buf;
-}
 
 /* Offset of the first invalid UTF-8 byte, or len when valid. */
 static size_t utf8_invalid_at(const unsigned char *s, size_t len)
@@ -206,7 +165,7 @@ static void load_file_refs(schema_registry *reg, const cJSON *doc, const char *b
                 char path[PATH_MAX];
                 size_t plen = schema_uri_percent_decode(abs + 7, strlen(abs + 7), path);
                 size_t len = 0;
-                char *text = plen < sizeof path ? read_path(path, &len) : NULL;
+                char *text = plen < sizeof path ? util_read_file(path, &len) : NULL;
                 cJSON *sub = text ? cJSON_ParseWithLength(text, len) : NULL;
                 char err[256];
                 if (sub && schema_registry_add(reg, abs, sub, err, sizeof err) == 0)
@@ -226,7 +185,7 @@ static void load_file_refs(schema_registry *reg, const cJSON *doc, const char *b
 static int check_instance(const schema *s, const char *name)
 {
     size_t len = 0;
-    char *text = read_path(name, &len);
+    char *text = util_read_file(name, &len);
     if (!text) {
         fprintf(stderr, "retort validate: %s: %s\n", name, strerror(errno ? errno : EIO));
         return 2;
@@ -371,7 +330,7 @@ int validate_cli_main(int argc, char **argv)
         }
     }
     size_t len = 0;
-    schema_text = read_path(schema_path, &len);
+    schema_text = util_read_file(schema_path, &len);
     if (!schema_text) {
         fprintf(stderr, "retort validate: %s: %s\n", schema_path, strerror(errno ? errno : EIO));
         status = 2;

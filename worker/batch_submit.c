@@ -48,18 +48,9 @@ static int id_ok(const char *s, size_t max) {
 }
 
 static char *read_whole(const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    sbuf b = {0};
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&b, buf, n);
-    fclose(f);
-    sbuf_append(&b, "", 0);
-    return sbuf_take(&b);
+    char *text = util_read_file(path, NULL);
+    if (!text) snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    return text;
 }
 
 /* The job envelope of the worker, so a bad job is refused here instead of

@@ -1108,18 +1108,13 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
     if (schema_registry_load_dir(w->reg, env, "https://retort.dev/schemas/", err, errlen)) return -1;
     char path[2048];
     snprintf(path, sizeof(path), "%s/job.schema.json", env);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    char *text = util_read_file(path, NULL);
+    if (!text) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
-    sbuf b = {0};
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&b, buf, n);
-    fclose(f);
-    cJSON *doc = cJSON_Parse(b.data ? b.data : "");
-    sbuf_free(&b);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
     if (!doc) {
         snprintf(err, errlen, "%s is not JSON", path);
         return -1;
@@ -1141,13 +1136,9 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         size_t len = strlen(de->d_name);
         if (len < 6 || strcmp(de->d_name + len - 5, ".json")) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        f = fopen(path, "rb");
-        if (!f) continue;
-        sbuf sb = {0};
-        while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&sb, buf, n);
-        fclose(f);
-        cJSON *sd = cJSON_Parse(sb.data ? sb.data : "");
-        sbuf_free(&sb);
+        if (!(text = util_read_file(path, NULL))) continue;
+        cJSON *sd = cJSON_Parse(text);
+        free(text);
         if (!sd) {
             snprintf(err, errlen, "%s is not JSON", path);
             closedir(d);
@@ -1193,16 +1184,12 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
     log_info(NULL, 0, "loaded %zu output schema(s) from %s", w->nschemas, dir);
     const char *rules_file = config_get(w->cfg, "rules.file");
     if (rules_file && rules_file[0]) {
-        f = fopen(rules_file, "rb");
-        if (!f) {
+        if (!(text = util_read_file(rules_file, NULL))) {
             snprintf(err, errlen, "rules.file %s: %s", rules_file, strerror(errno));
             return -1;
         }
-        sbuf rb = {0};
-        while ((n = fread(buf, 1, sizeof(buf), f)) > 0) sbuf_append(&rb, buf, n);
-        fclose(f);
-        cJSON *spec = cJSON_Parse(rb.data ? rb.data : "");
-        sbuf_free(&rb);
+        cJSON *spec = cJSON_Parse(text);
+        free(text);
         int parsed = spec != NULL;
         w->global_rules = parsed ? rules_compile_prefix(spec, "rules", inner, sizeof(inner)) : NULL;
         cJSON_Delete(spec);

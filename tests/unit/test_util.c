@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
@@ -69,11 +71,46 @@ static void test_json_string(void **s) {
     }
 }
 
+/* Whole files, across the buffer's growth, with NULs inside; a missing
+ * file is NULL with errno set. */
+static void test_read_file(void **s) {
+    (void)s;
+    char path[] = "/tmp/retort-test-util-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = 100000;
+    char *want = malloc(n);
+    for (size_t i = 0; i < n; i++) want[i] = (char)(i * 7 % 251);
+    FILE *f = fdopen(fd, "wb");
+    assert_int_equal(fwrite(want, 1, n, f), n);
+    fclose(f);
+    size_t len = 0;
+    char *got = util_read_file(path, &len);
+    assert_non_null(got);
+    assert_int_equal(len, n);
+    assert_memory_equal(got, want, n);
+    assert_int_equal(got[n], '\0');
+    free(got);
+    f = fopen(path, "wb");
+    fclose(f);
+    got = util_read_file(path, &len);
+    assert_non_null(got);
+    assert_int_equal(len, 0);
+    assert_string_equal(got, "");
+    free(got);
+    unlink(path);
+    errno = 0;
+    assert_null(util_read_file(path, &len));
+    assert_int_equal(errno, ENOENT);
+    free(want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rfc3339),
         cmocka_unit_test(test_sbuf_printf_grows),
         cmocka_unit_test(test_json_string),
+        cmocka_unit_test(test_read_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
