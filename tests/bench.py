@@ -615,6 +615,21 @@ def targets(results):
     return out
 
 
+def settle(limit_pct=15.0, max_s=20.0):
+    """Waits (at most max_s) until the machine is quiet: less than limit_pct
+    of a CPU busy over half a second.  What a stack leaves behind when it
+    closes (sockets torn down by the thousand, processes exiting) would
+    otherwise be counted against the next scenario.  Returns the last
+    reading."""
+    deadline = time.time() + max_s
+    while True:
+        b0, t0 = machine_busy_s(), time.time()
+        time.sleep(0.5)
+        busy = 100 * (machine_busy_s() - b0) / (time.time() - t0)
+        if busy < limit_pct or time.time() >= deadline:
+            return busy
+
+
 def main():
     t_start = time.time()
     log("== building the floors' clients")
@@ -648,8 +663,12 @@ def main():
             base = [x for x in SCENARIOS if x["name"] == SCALE_OF][0]
             todo.append(dict(base, name="scale", jobs=SCALE_JOBS, no_latency_phase=True))
         for sc in todo:
+            busy = settle()
+            if busy >= 15:
+                log("== %.0f%% of a CPU busy before %s (OTHER PROGRAMS ARE RUNNING)" % (busy, sc["name"]))
             try:
                 results["scenarios"][sc["name"]] = run_scenario(sc)
+                results["scenarios"][sc["name"]]["busy_before_pct"] = round(busy, 1)
             except ScenarioFailed as e:
                 log("  FAILED: %s" % e)
                 results["scenarios"][sc["name"]] = {"failed": str(e)[:2000]}
