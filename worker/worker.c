@@ -15,7 +15,6 @@
 #include "events.h"
 #include "extract.h"
 #include "job.h"
-#include "jsonmem.h"
 #include "jsonout.h"
 #include "kafka_io.h"
 #include "llm_api.h"
@@ -1231,7 +1230,6 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     int rc = 1;
     if (!w) return 1;
     raise_nofile();
-    jsonmem_init();
     srand((unsigned)(getpid() ^ util_mono_us()));
     w->cfg = cfg;
     w->loop = uv_default_loop();
