@@ -9,7 +9,7 @@ CPPFLAGS_ALL := -std=gnu11 -D_GNU_SOURCE -Icommon -Iworker
 DEB_PKGS := build-essential pkg-config librdkafka-dev libhiredis-dev \
 	libcurl4-openssl-dev libuv1-dev libcjson-dev libpcre2-dev \
 	libmicrohttpd-dev redis-server kcat libcmocka-dev python3-pytest \
-	python3-kafka python3-redis python3-jsonschema python3-fastjsonschema docker-compose clang libclang-rt-14-dev
+	python3-kafka python3-redis python3-jsonschema python3-fastjsonschema python3-h2 openssl docker-compose clang libclang-rt-14-dev
 
 COMMON_PKGS := libcjson libpcre2-8
 WORKER_PKGS := rdkafka libcurl libuv hiredis libcjson libpcre2-8

@@ -71,6 +71,7 @@ struct llm_client {
     long timeout_ms, connect_timeout_ms;
     size_t max_response_bytes;
     int tls;               /* https URL: HTTP/2 may be offered (ALPN) */
+    char *ca_file;         /* NULL: the system's CA store */
     size_t inflight;
     struct curl_slist *base_headers; /* the same for every call */
     llm_call **idle;       /* finished calls kept for reuse, with their handles */
@@ -258,6 +259,7 @@ static llm_call *call_new(llm_client *c) {
      * LLM call for it (and then time out). */
     if (c->tls) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    if (c->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
     return call;
 }
 
@@ -366,6 +368,7 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
         goto fail;
     }
     c->tls = !strncasecmp(c->url, "https://", 8);
+    if (opts->ca_file && opts->ca_file[0] && !(c->ca_file = strdup(opts->ca_file))) goto fail;
     if (opts->api_key && opts->api_key[0]) {
         int rc = opts->provider == LLM_PROVIDER_ANTHROPIC
                      ? asprintf(&c->auth_header, "x-api-key: %s", opts->api_key)
@@ -392,6 +395,7 @@ fail:
     if (c) {
         curl_slist_free_all(c->base_headers);
         free(c->idle);
+        free(c->ca_file);
         free(c->url);
         free(c->auth_header);
         free(c->version_header);
@@ -455,6 +459,7 @@ void llm_client_free(llm_client *c) {
     free(c->lanes);
     curl_slist_free_all(c->base_headers);
     free(c->idle);
+    free(c->ca_file);
     free(c->url);
     free(c->auth_header);
     free(c->version_header);

@@ -22,6 +22,7 @@ typedef struct llm_client_options {
     long connect_timeout_ms;
     size_t max_response_bytes;
     const char *url;               /* borrowed, copied: a full URL used as is (webhooks); NULL: the API's */
+    const char *ca_file;           /* borrowed, copied: PEM CA bundle to verify the server; NULL or "": the system's */
 } llm_client_options;
 
 typedef struct llm_response {

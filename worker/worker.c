@@ -1276,7 +1276,8 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
                              config_get(cfg, "llm.anthropic_version"),
                              (long)config_get_int(cfg, "llm.timeout_ms"),
                              (long)config_get_int(cfg, "llm.connect_timeout_ms"),
-                             (size_t)config_get_int(cfg, "llm.max_response_bytes"), NULL};
+                             (size_t)config_get_int(cfg, "llm.max_response_bytes"), NULL,
+                             config_get(cfg, "llm.ca_file")};
     w->llm = llm_client_new(w->loop, &lo, err, sizeof(err));
     if (!w->llm) {
         log_error(NULL, 0, "%s", err);
