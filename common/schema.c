@@ -2665,6 +2665,20 @@ static void scratch_free(vctx *c)
 
 /* Fills v from the pieces (copied into the scratch memory).  kw may be
  * NULL (location = loc).  -1 when out of memory. */
+/* The keyword location: loc, then "/" kw when lk (strlen(kw) + 1, or 0 for
+ * no keyword), NUL-terminated at b.  Returns the bytes written. */
+static inline size_t kloc_put(char *b, const char *loc, size_t ll, const char *kw, size_t lk)
+{
+    memcpy(b, loc, ll);
+    if (lk) {
+        b[ll] = '/';
+        memcpy(b + ll + 1, kw, lk);
+    } else {
+        b[ll] = '\0';
+    }
+    return ll + lk + 1;
+}
+
 static int pack_violation(vctx *c, vrec *r, const char *code, const char *path,
                           size_t lp, const char *loc, const char *kw, const char *msg, size_t lm,
                           const char *expected, const char *actual, size_t la)
@@ -2686,14 +2700,7 @@ static int pack_violation(vctx *c, vrec *r, const char *code, const char *path,
     b[lp] = '\0';
     b += lp + 1;
     v->keyword_location = b;
-    memcpy(b, loc, ll);
-    if (lk) {
-        b[ll] = '/';
-        memcpy(b + ll + 1, kw, lk);
-    } else {
-        b[ll] = '\0';
-    }
-    b += ll + lk + 1;
+    b += kloc_put(b, loc, ll, kw, lk);
     v->message = b;
     memcpy(b, msg, lm);
     b[lm] = '\0';
@@ -2859,15 +2866,9 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
             b += pl + 1;
             left -= pl + 1;
             char *kloc = b;
-            memcpy(b, n->loc, ll);
-            if (lk) {
-                b[ll] = '/';
-                memcpy(b + ll + 1, kw, lk);
-            } else {
-                b[ll] = '\0';
-            }
-            b += ll + lk + 1;
-            left -= ll + lk + 1;
+            size_t kl = kloc_put(b, n->loc, ll, kw, lk);
+            b += kl;
+            left -= kl;
             va_start(ap, fmt);
             size_t ml = msg_vformat(b, left - le - SNIPPET_MAX - 8, fmt, ap);
             va_end(ap);
