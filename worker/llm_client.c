@@ -394,15 +394,7 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
     return c;
 fail:
     snprintf(err, errlen, "llm client: out of memory");
-    if (c) {
-        curl_slist_free_all(c->base_headers);
-        free(c->idle);
-        free(c->ca_file);
-        free(c->url);
-        free(c->auth_header);
-        free(c->version_header);
-        free(c);
-    }
+    llm_client_free(c);
     return NULL;
 }
 

@@ -11,18 +11,25 @@ from stack import job
 from test_resilience import check_exactly_once
 
 
+def peak_llm_calls(stack, requests, every=0.02, timeout=60):
+    """The most calls the mock LLM held at once, sampled until it has
+    received `requests` calls and answered them all."""
+    peak = 0
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = stack.llm_stats()
+        peak = max(peak, st["suspended"])
+        if st["requests"] >= requests and st["suspended"] == 0:
+            break
+        time.sleep(every)
+    return peak
+
+
 def test_inflight_bound_holds_under_backlog(stack):
     stack.start_worker("--set", "llm.max_inflight=8")
     ids = ["bp-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(150)]
     stack.produce_jobs([job(j, directive="latency_ms=150") for j in ids])
-    peak = 0
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        st = stack.llm_stats()
-        peak = max(peak, st["suspended"])
-        if st["requests"] >= 150:
-            break
-        time.sleep(0.02)
+    peak = peak_llm_calls(stack, 150)
     check_exactly_once(stack, ids)
     assert 1 <= peak <= 8, peak
 
@@ -83,14 +90,7 @@ def test_hundreds_of_calls_in_flight_in_one_process(stack):
     stack.start_worker("--set", "llm.max_inflight=600")
     ids = ["lanes-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(600)]
     stack.produce_jobs([job(j, directive="latency_ms=2500") for j in ids])
-    peak = 0
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        st = stack.llm_stats()
-        peak = max(peak, st["suspended"])
-        if st["requests"] >= 600 and st["suspended"] == 0:
-            break
-        time.sleep(0.05)
+    peak = peak_llm_calls(stack, 600, every=0.05)
     check_exactly_once(stack, ids)
     assert 400 <= peak <= 600, peak
     calls = stack.llm_stats()["calls"]
