@@ -615,6 +615,13 @@ def targets(results):
     return out
 
 
+def busy_pct(seconds):
+    """Share of a CPU the whole machine kept busy over the next `seconds`."""
+    b0, t0 = machine_busy_s(), time.time()
+    time.sleep(seconds)
+    return 100 * (machine_busy_s() - b0) / (time.time() - t0)
+
+
 def settle(limit_pct=15.0, max_s=20.0):
     """Waits (at most max_s) until the machine is quiet: less than limit_pct
     of a CPU busy over half a second.  What a stack leaves behind when it
@@ -623,9 +630,7 @@ def settle(limit_pct=15.0, max_s=20.0):
     reading."""
     deadline = time.time() + max_s
     while True:
-        b0, t0 = machine_busy_s(), time.time()
-        time.sleep(0.5)
-        busy = 100 * (machine_busy_s() - b0) / (time.time() - t0)
+        busy = busy_pct(0.5)
         if busy < limit_pct or time.time() >= deadline:
             return busy
 
@@ -634,9 +639,7 @@ def main():
     t_start = time.time()
     log("== building the floors' clients")
     build_tools()
-    b0, t0 = machine_busy_s(), time.time()
-    time.sleep(1.0)
-    busy = 100 * (machine_busy_s() - b0) / (time.time() - t0)
+    busy = busy_pct(1.0)
     log("== machine: %d CPUs, %.0f%% of a CPU busy before the bench starts%s" % (
         os.cpu_count(), busy, "  (OTHER PROGRAMS ARE RUNNING: figures will be lower than they should)"
         if busy > 15 else ""))
