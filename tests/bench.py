@@ -45,7 +45,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_lib import (BUILD, FETCH_WAIT_MS, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
                        chat_body, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
-                       proc_cpu_s, proc_status_kb, slope)
+                       proc_allocator, proc_cpu_s, proc_status_kb, slope)
 from stack import free_port  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -361,6 +361,7 @@ def run_scenario(sc):
         res["idle_cpu_pct"] = round(100 * (proc_cpu_s(w.pid) - c_idle0) / (time.time() - t_idle0), 2)
         rss_idle = proc_status_kb(w.pid, "VmRSS")
         res["rss_idle_mb"] = round(rss_idle / 1024, 1)
+        res["allocator"] = proc_allocator(w.pid)
 
         # ---- throughput phase: a backlog of jobs
         ids_list = ["%s-%s-%06d" % (name, RUN, i) for i in range(jobs)]
@@ -511,6 +512,9 @@ def report(results):
         (fl.get("relay_jobs_per_s", 0), fl.get("relay_cpu_us_per_msg", 0), fl.get("relay_latency_p50_ms"),
          fl.get("relay_latency_p99_ms"), fl.get("curl_cpu_us_per_req", 0), fl.get("curl_c1000_cpu_us_per_req", 0),
          fl.get("curl_2s_c10000_cpu_us_per_req", 0)))
+    allocs = sorted({r["allocator"] for r in sc.values() if r.get("allocator")})
+    if allocs:
+        log("worker allocator: %s (the floor clients are linked like the worker by `make`)" % ", ".join(allocs))
     cols = [("jobs/s", "jobs_per_s", "%8.0f"), ("us CPU/job", "cpu_us_per_job", "%10.0f"),
             ("add p50 ms", "added_latency_p50_ms", "%10.1f"), ("add p99 ms", "added_latency_p99_ms", "%10.1f"),
             ("RSS MB", "rss_peak_mb", "%7.1f"), ("KB/inflight", "rss_per_inflight_kb", "%11.1f"),

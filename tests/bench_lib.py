@@ -33,23 +33,26 @@ JOB_ID_RE = re.compile(rb'"job_id":"([^"]+)"')
 # -- building the C floors ----------------------------------------------------
 
 def build_tools():
-    """Builds build/bench-curl and build/bench-relay with plain gcc (no
-    Makefile rule needed); only when a source is newer than its binary."""
-    def pc(*pkgs):
-        return subprocess.run(["pkg-config", "--cflags", "--libs"] + list(pkgs), check=True,
-                              capture_output=True, text=True).stdout.split()
-    flags = ["-std=gnu11", "-D_GNU_SOURCE", "-O2", "-g", "-Wall", "-Wextra", "-Wshadow", "-Wformat=2"]
-    for src, out, pkgs in (("tests/bench_curl.c", "bench-curl", ("libcurl", "libuv")),
-                           ("tests/bench_relay.c", "bench-relay", ("rdkafka",))):
-        src_p, out_p = os.path.join(REPO, src), os.path.join(BUILD, out)
-        if os.path.exists(out_p) and os.path.getmtime(out_p) >= os.path.getmtime(src_p):
-            continue
-        cmd = ["gcc"] + flags + ["-o", out_p, src_p] + pc(*pkgs)
-        print("  " + " ".join(cmd))
-        subprocess.run(cmd, check=True)
+    """Builds build/bench-curl and build/bench-relay through the Makefile,
+    which links them with the worker's allocator (MALLOC)."""
+    subprocess.run(["make", "-s", "-C", REPO, "build/bench-curl", "build/bench-relay"], check=True)
 
 
 # -- /proc ----------------------------------------------------------------------
+
+def proc_allocator(pid):
+    """The malloc a process runs with (linked or LD_PRELOADed): the bench
+    compares builds, and the allocator moves the worker's CPU by ~25%."""
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            maps = f.read()
+    except OSError:
+        return None
+    for name in ("tcmalloc", "jemalloc", "mimalloc"):
+        if "lib" + name in maps:
+            return name
+    return "glibc"
+
 
 def proc_cpu_s(pid):
     """utime + stime of a process (all its threads), seconds."""
