@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -49,10 +50,15 @@ typedef struct req {
     size_t resp_len, resp_cap;
 } req;
 
+/* As in worker/llm_client.c: a socket's poll handle lives as long as the
+ * socket, and is restarted only when what it watches changes, so a call
+ * on a warm connection costs no epoll_ctl. */
 typedef struct sock_ctx {
     uv_poll_t poll;
     curl_socket_t fd;
     lane *ln;
+    int events;
+    int watched;
 } sock_ctx;
 
 struct bench {
@@ -68,6 +74,8 @@ struct bench {
     long concurrency, inflight;
     CURL **idle;
     size_t idle_count, idle_cap;
+    sock_ctx **socks;      /* by fd */
+    size_t socks_cap;
 };
 
 static double now_s(void) {
@@ -99,6 +107,11 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
 static void poll_cb(uv_poll_t *h, int status, int events) {
     sock_ctx *sc = h->data;
     int flags = 0, running;
+    if (!sc->watched) {
+        uv_poll_stop(h);
+        sc->events = 0;
+        return;
+    }
     if (status < 0) flags = CURL_CSELECT_ERR;
     if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
     if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
@@ -110,33 +123,63 @@ static void sock_close_cb(uv_handle_t *h) { free(h->data); }
 
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
     lane *ln = userp;
+    bench *b = ln->b;
     sock_ctx *sc = socketp;
     (void)easy;
     if (what == CURL_POLL_REMOVE) {
         if (sc) {
-            uv_poll_stop(&sc->poll);
-            uv_close((uv_handle_t *)&sc->poll, sock_close_cb);
-            curl_multi_assign(ln->multi, fd, NULL);
+            sc->watched = 0;
+            if (sc->events & UV_WRITABLE) {
+                uv_poll_stop(&sc->poll);
+                sc->events = 0;
+            }
         }
         return 0;
     }
     if (!sc) {
-        sc = calloc(1, sizeof(*sc));
-        if (!sc) return -1;
-        sc->fd = fd;
-        sc->ln = ln;
-        if (uv_poll_init_socket(ln->b->loop, &sc->poll, fd)) {
-            free(sc);
-            return -1;
+        if (fd < 0) return -1;
+        if ((size_t)fd >= b->socks_cap) {
+            size_t cap = b->socks_cap ? b->socks_cap : 256;
+            while (cap <= (size_t)fd) cap *= 2;
+            sock_ctx **socks = realloc(b->socks, cap * sizeof(*socks));
+            if (!socks) return -1;
+            memset(socks + b->socks_cap, 0, (cap - b->socks_cap) * sizeof(*socks));
+            b->socks = socks;
+            b->socks_cap = cap;
         }
-        sc->poll.data = sc;
+        sc = b->socks[fd];
+        if (!sc) {
+            sc = calloc(1, sizeof(*sc));
+            if (!sc) return -1;
+            sc->fd = fd;
+            if (uv_poll_init_socket(b->loop, &sc->poll, fd)) {
+                free(sc);
+                return -1;
+            }
+            sc->poll.data = sc;
+            b->socks[fd] = sc;
+        }
+        sc->ln = ln;
         curl_multi_assign(ln->multi, fd, sc);
     }
+    sc->watched = 1;
     int events = 0;
     if (what & CURL_POLL_IN) events |= UV_READABLE;
     if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
-    uv_poll_start(&sc->poll, events, poll_cb);
+    if (events != sc->events) {
+        uv_poll_start(&sc->poll, events, poll_cb);
+        sc->events = events;
+    }
     return 0;
+}
+
+static int close_socket_cb(void *clientp, curl_socket_t fd) {
+    bench *b = clientp;
+    if (fd >= 0 && (size_t)fd < b->socks_cap && b->socks[fd]) {
+        uv_close((uv_handle_t *)&b->socks[fd]->poll, sock_close_cb);
+        b->socks[fd] = NULL;
+    }
+    return close(fd) ? 1 : 0;
 }
 
 static void timer_cb(uv_timer_t *t) {
@@ -230,6 +273,8 @@ static int start_one(bench *b) {
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     if (!strncasecmp(b->url, "https://", 8)) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, b);
     if (curl_multi_add_handle(r->ln->multi, e) != CURLM_OK) {
         req_free(r);
         return -1;
@@ -355,11 +400,14 @@ int main(int argc, char **argv) {
         uv_timer_stop(&b.lanes[i].timer);
         uv_close((uv_handle_t *)&b.lanes[i].timer, NULL);
     }
+    for (size_t fd = 0; fd < b.socks_cap; fd++)
+        if (b.socks[fd]) uv_close((uv_handle_t *)&b.socks[fd]->poll, sock_close_cb);
     uv_run(b.loop, UV_RUN_DEFAULT);
     uv_loop_close(b.loop);
     for (size_t i = 0; i < b.nbodies; i++) free(b.bodies[i]);
     free(b.bodies);
     free(b.idle);
+    free(b.socks);
     free(b.lanes);
     free(b.auth_header);
     curl_global_cleanup();

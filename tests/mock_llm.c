@@ -90,7 +90,8 @@ static struct {
     unsigned threads;
     const char *api_key;
     int log;
-} g_opt = {"127.0.0.1", 0, 0, 0, 20000, 1, NULL, 0};
+    unsigned idle_timeout_s;   /* closes connections idle this long (0: never), as uvicorn does after 5 s */
+} g_opt = {"127.0.0.1", 0, 0, 0, 20000, 1, NULL, 0, 0};
 
 static atomic_int g_stopping;      /* set once shutdown began */
 static atomic_long g_suspended;    /* connections suspended right now */
@@ -2761,7 +2762,7 @@ __attribute__((format(printf, 2, 0))) static void mhd_logger(void *cls, const ch
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mock-llm [--port N] [--host ADDR] [--latency-ms N] [--jitter-ms N]\n"
-               "                [--max-conns N] [--threads N] [--api-key KEY] [--log]\n");
+               "                [--max-conns N] [--threads N] [--api-key KEY] [--idle-timeout-s N] [--log]\n");
 }
 
 static int opt_long(const char *v, long lo, long hi, long *out)
@@ -2822,6 +2823,8 @@ int main(int argc, char **argv)
             g_opt.threads = (unsigned)v;
         else if (!strcmp(o, "--api-key"))
             g_opt.api_key = val;
+        else if (!strcmp(o, "--idle-timeout-s") && !opt_long(val, 0, 86400, &v))
+            g_opt.idle_timeout_s = (unsigned)v;
         else
             goto bad;
         i++;
@@ -2878,14 +2881,14 @@ bad:
         d = MHD_start_daemon(flags, (uint16_t)g_opt.port, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
                              on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned int)g_opt.max_conns,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)0, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+                             MHD_OPTION_CONNECTION_TIMEOUT, g_opt.idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
                              (unsigned int)4096, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)g_opt.threads,
                              MHD_OPTION_END);
     else
         d = MHD_start_daemon(flags, (uint16_t)g_opt.port, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED,
                              on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned int)g_opt.max_conns,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)0, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+                             MHD_OPTION_CONNECTION_TIMEOUT, g_opt.idle_timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
                              (unsigned int)4096, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "mock-llm: cannot listen on %s:%u\n", g_opt.host, g_opt.port);

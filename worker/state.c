@@ -378,6 +378,31 @@ static void reply_watch_cb(uv_timer_t *t) {
     st->on_wire = 0;
 }
 
+/* hiredis 0.14's libuv adapter calls uv_poll_start for every command it
+ * queues and after every write, and libuv (1.44) answers each
+ * uv_poll_start with an epoll_ctl(DEL) of the socket, re-adding it on the
+ * next poll: strace counted one wasted DEL per Redis command, three per
+ * job.  These wrappers pass on only the calls that change what is
+ * watched; the adapter itself does the work. */
+static void (*adapter_add_read)(void *), (*adapter_del_read)(void *);
+static void (*adapter_add_write)(void *), (*adapter_del_write)(void *);
+
+static void watch_add_read(void *privdata) {
+    if (!(((redisLibuvEvents *)privdata)->events & UV_READABLE)) adapter_add_read(privdata);
+}
+
+static void watch_del_read(void *privdata) {
+    if (((redisLibuvEvents *)privdata)->events & UV_READABLE) adapter_del_read(privdata);
+}
+
+static void watch_add_write(void *privdata) {
+    if (!(((redisLibuvEvents *)privdata)->events & UV_WRITABLE)) adapter_add_write(privdata);
+}
+
+static void watch_del_write(void *privdata) {
+    if (((redisLibuvEvents *)privdata)->events & UV_WRITABLE) adapter_del_write(privdata);
+}
+
 static void connect_now(state *st) {
     if (st->closing || st->ac) return;
     redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
@@ -397,6 +422,14 @@ static void connect_now(state *st) {
         schedule_reconnect(st);
         return;
     }
+    adapter_add_read = ac->ev.addRead;
+    adapter_del_read = ac->ev.delRead;
+    adapter_add_write = ac->ev.addWrite;
+    adapter_del_write = ac->ev.delWrite;
+    ac->ev.addRead = watch_add_read;
+    ac->ev.delRead = watch_del_read;
+    ac->ev.addWrite = watch_add_write;
+    ac->ev.delWrite = watch_del_write;
     ac->data = st;
     st->ac = ac;
     uv_timer_start(&st->connect_watch, connect_watch_cb, 2000, 0);

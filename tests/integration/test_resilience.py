@@ -246,3 +246,34 @@ def test_retry_job_is_shrunk_to_the_message_size(stack):
     assert len(refl["previous_output"].encode()) <= 1024 and len(refl["violations"]) <= 5
     assert "retry job shrunk" in stack.worker_log(w.name)
     assert [m["value"]["attempts"] for m in stack.consume("retort.final") if m["value"]["job_id"] == jid] == [2]
+
+
+def proc_cpu_s(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.llm_args("--idle-timeout-s", "1")
+def test_llm_server_closing_idle_connections(stack):
+    """The LLM server closes kept-alive connections after 1 s idle (uvicorn,
+    hence vLLM, does after 5 s).  The worker keeps watching an idle
+    connection's socket between calls: the close must neither spin the
+    loop nor cost a job anything; the next calls open new connections."""
+    w = stack.start_worker("--set", "llm.max_inflight=16")
+    first = [uid("idle-a") for _ in range(32)]
+    stack.produce_jobs([job(j, directive="latency_ms=50") for j in first])
+    check_exactly_once(stack, first)
+    time.sleep(2.5)   # every connection the worker kept is closed by now
+    c0 = proc_cpu_s(w.pid)
+    time.sleep(3)
+    idle_cpu = proc_cpu_s(w.pid) - c0
+    # A loop spinning on a closed socket burns the whole 3 s.
+    assert idle_cpu < 1.0, idle_cpu
+    second = [uid("idle-b") for _ in range(32)]
+    stack.produce_jobs([job(j, directive="latency_ms=50") for j in second])
+    outs = check_exactly_once(stack, second)
+    assert all(m["headers"]["ce_type"] == "retort.job.final" for m in outs if m["value"]["job_id"] in second)
+    calls = stack.llm_stats()["calls"]
+    assert all(calls.get(j + ":1") == 1 for j in first + second), [(j, calls.get(j + ":1")) for j in second]
+    assert w.poll() is None
