@@ -16,8 +16,10 @@ COMMON_PKGS := libcjson libpcre2-8
 WORKER_PKGS := rdkafka libcurl libuv hiredis libcjson libpcre2-8
 pc = $(shell pkg-config --cflags --libs $(1) 2>/dev/null)
 
-# The allocator of the long-running programs: the worker and the floor
-# clients `make bench` compares it with (so the ratio stays honest).
+# The allocator of the long-running programs: the worker, the floor
+# clients `make bench` compares it with (so the ratio stays honest) and
+# the mock LLM (glibc's malloc was 30% of its CPU with 10,000 connections
+# open, and the mock shares the bench machine's two cores with the worker).
 # tcmalloc (Debian's libtcmalloc-minimal4, runtime package only: hence the
 # versioned name) cut the worker's CPU per job by 25-30% in paired bench
 # runs: a job makes ~170 short-lived allocations, and glibc's malloc spent
@@ -78,7 +80,7 @@ $(BUILD)/retort-worker: $(BUILD)/retort
 	ln -sf retort $@
 
 $(BUILD)/mock-llm: $(BUILD)/tests/mock_llm.o
-	$(CC) $(CFLAGS) -o $@ $^ $(call pc,libmicrohttpd libcjson libpcre2-8) -lpthread -lm
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,libmicrohttpd libcjson libpcre2-8) -lpthread -lm $(MALLOC_LIB)
 
 $(BUILD)/mock-kafka: $(BUILD)/tests/mock_kafka.o
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,rdkafka) -lpthread

@@ -68,7 +68,9 @@ SCENARIOS = [
     dict(name="a_instant", jobs=n(20000), latency_ms=0, args=[]),
     dict(name="a_instant_hi", jobs=n(10000), latency_ms=0, args=["--set", "llm.max_inflight=1000"]),
     dict(name="b_200ms", jobs=n(4000), latency_ms=200, args=[]),
-    dict(name="c_2s_10k", jobs=n(30000), latency_ms=2000, args=["--set", "llm.max_inflight=10000"]),
+    # 6 turnovers of 10,000 calls: the steady rate (over 4 s windows)
+    # needs at least 8 s of outcomes after the first 2 s without any.
+    dict(name="c_2s_10k", jobs=n(60000), latency_ms=2000, args=["--set", "llm.max_inflight=10000"]),
     dict(name="d_retry30", jobs=n(10000), latency_ms=0, args=[], retry_share=0.3),
 ]
 # The scale check repeats a_instant_hi (instant LLM, 1,000 in flight) with

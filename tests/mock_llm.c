@@ -2495,9 +2495,15 @@ static void *timer_main(void *arg)
             continue;
         }
         now = now_ns();
-        if (g_tm.a[0].due > now && !g_tm.stop) {
+        /* MHD (0.9.75) walks its whole list of suspended connections each
+         * time it handles resumes, so with thousands suspended the walks,
+         * not the answers, cost the most (13% of the mock's CPU at 10,000
+         * suspended, resumed one by one).  Then wake a little late and
+         * resume everything due by then in one go. */
+        uint64_t slack = g_tm.n >= 1000 ? 2000000u : 0;
+        if (g_tm.a[0].due + slack > now && !g_tm.stop) {
             struct timespec ts;
-            uint64_t due = g_tm.a[0].due;
+            uint64_t due = g_tm.a[0].due + slack;
 
             ts.tv_sec = (time_t)(due / 1000000000ull);
             ts.tv_nsec = (long)(due % 1000000000ull);
