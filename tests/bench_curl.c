@@ -273,6 +273,7 @@ static int start_one(bench *b) {
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     if (!strncasecmp(b->url, "https://", 8)) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L); /* as the worker */
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, b);
     if (curl_multi_add_handle(r->ln->multi, e) != CURLM_OK) {

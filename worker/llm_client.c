@@ -316,6 +316,11 @@ static llm_call *call_new(llm_client *c) {
      * LLM call for it (and then time out). */
     if (c->tls) curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    /* curl's receive buffer lives as long as the handle (16 KB by
+     * default): 4 KB holds most chat-completion answers in one read and
+     * took RSS per in-flight call from 41 to 31 KB with 10,000 in flight;
+     * a longer answer takes a few more reads. */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
     if (c->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c);

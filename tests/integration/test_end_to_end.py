@@ -151,6 +151,22 @@ def test_inline_schema(stack):
     assert set(ev["output"]) == {"city", "population"}
 
 
+def test_answer_longer_than_the_receive_buffer(stack):
+    """curl reads answers 4 KB at a time (CURLOPT_BUFFERSIZE): a 60 KB
+    answer arrives in many pieces and is validated whole."""
+    stack.start_worker()
+    jid = uid("long")
+    schema = {"type": "object", "required": ["text", "n"], "additionalProperties": False,
+              "properties": {"text": {"type": "string", "minLength": 60000},
+                             "n": {"type": "integer", "minimum": 0}}}
+    stack.produce_jobs([job(jid, schema=schema)])
+    stack.wait_outcomes([jid])
+    finals = by_job(stack.consume("retort.final"), jid)
+    assert len(finals) == 1 and not by_job(stack.consume("retort.escalations"), jid)
+    ev = finals[0]["value"]
+    assert ev["attempts"] == 1 and len(ev["output"]["text"]) >= 60000
+
+
 def test_transient_errors_retry_in_place(stack):
     stack.start_worker()
     jid = uid("429")
