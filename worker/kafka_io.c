@@ -53,11 +53,34 @@ typedef struct conf_ctx {
     int failed;
 } conf_ctx;
 
+/* Properties of one client type only: a shared kafka.KEY of the other
+ * type is not passed on, or librdkafka would warn at every start that it
+ * ignores it (kafka.group.id on the producer, say). */
+static const char *const consumer_only[] = {
+    "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+    "heartbeat.interval.ms", "max.poll.interval.ms", "auto.offset.reset", "enable.auto.commit",
+    "auto.commit.interval.ms", "enable.auto.offset.store", "isolation.level", "fetch.wait.max.ms",
+    "fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages",
+    "queued.max.messages.kbytes", "check.crcs", "enable.partition.eof", NULL};
+static const char *const producer_only[] = {
+    "linger.ms", "queue.buffering.max.ms", "batch.num.messages", "batch.size", "compression.type",
+    "compression.codec", "acks", "request.required.acks", "enable.idempotence", "message.timeout.ms",
+    "delivery.timeout.ms", "queue.buffering.max.messages", "queue.buffering.max.kbytes", "retries",
+    "message.send.max.retries", "retry.backoff.ms", "transactional.id", "partitioner",
+    "sticky.partitioning.linger.ms", NULL};
+
+static int listed(const char *const *list, const char *key) {
+    for (; *list; list++)
+        if (!strcmp(*list, key)) return 1;
+    return 0;
+}
+
 static void conf_apply(const char *key, const char *value, void *ud) {
     conf_ctx *cc = ud;
     if (cc->failed) return;
     if (!strncmp(key, cc->skip, strlen(cc->skip))) return;
     if (!strncmp(key, cc->only, strlen(cc->only))) key += strlen(cc->only);
+    else if (listed(!strcmp(cc->only, "consumer.") ? producer_only : consumer_only, key)) return;
     char errstr[512];
     if (rd_kafka_conf_set(cc->conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
         snprintf(cc->err, cc->errlen, "config key 'kafka.%s': %s", key, errstr);
@@ -315,8 +338,6 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     conf_ctx pc = {pconf, "producer.", "consumer.", err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &pc);
     if (pc.failed) goto fail;
-    /* group.id and other consumer keys are harmless for the producer but
-     * librdkafka warns about them; the shared kafka.* keys set them both. */
     rd_kafka_conf_set_log_cb(pconf, log_cb);
     rd_kafka_conf_set_error_cb(pconf, error_cb);
     rd_kafka_conf_set_dr_msg_cb(pconf, dr_cb);

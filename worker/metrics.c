@@ -78,6 +78,8 @@ void metrics_render(const metrics *m, sbuf *b) {
     histogram(b, "retort_job_latency_seconds", "From an attempt's start to its outcome, LLM included.", &m->job_latency);
     sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now.\n# TYPE retort_inflight_jobs gauge\n"
                    "retort_inflight_jobs %lld\n", (long long)m->inflight);
+    sbuf_printf(b, "# HELP retort_llm_inflight_calls LLM calls started and not yet answered (at most llm.max_inflight).\n"
+                   "# TYPE retort_llm_inflight_calls gauge\nretort_llm_inflight_calls %lld\n", (long long)m->llm_inflight);
     sbuf_printf(b, "# HELP retort_consumer_lag_messages Messages of the assigned partitions not yet consumed.\n"
                    "# TYPE retort_consumer_lag_messages gauge\nretort_consumer_lag_messages %lld\n",
                 (long long)(m->consumer_lag < 0 ? 0 : m->consumer_lag));

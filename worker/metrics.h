@@ -38,6 +38,7 @@ typedef struct metrics {
     metrics_histogram llm_latency;     /* one LLM call */
     metrics_histogram job_latency;     /* first attempt start to outcome, per attempt */
     int64_t inflight;
+    int64_t llm_inflight;              /* LLM calls started and not answered */
     int64_t consumer_lag;              /* -1: unknown */
     int ready_kafka, ready_redis, ready_llm;
 } metrics;

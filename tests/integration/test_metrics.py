@@ -68,3 +68,39 @@ def test_metrics_and_health(stack):
     status, body = get(port, "/readyz")
     assert status == 503 and "redis down" in body
     assert get(port, "/nope")[0] == 404
+
+
+def test_worker_holds_more_jobs_than_calls(stack):
+    """llm.max_inflight caps the LLM calls; the worker holds a quarter more
+    jobs (worker.max_jobs), so that Redis, validation and producing never
+    leave a call slot idle.  Both gauges show it, and every job still ends
+    once."""
+    for max_jobs, want_jobs in ((None, 5), (7, 7)):
+        port = free_port()
+        args = ["--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                "--set", "llm.max_inflight=4"]
+        if max_jobs:
+            args += ["--set", "worker.max_jobs=%d" % max_jobs]
+        w = stack.start_worker(*args)
+        ids = ["mj-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(16)]
+        stack.produce_jobs([job(j, directive="latency_ms=1200") for j in ids])
+        calls_max = jobs_max = llm_max = 0
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                s, _ = scrape(port)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            calls_max = max(calls_max, s[("retort_llm_inflight_calls", ())])
+            jobs_max = max(jobs_max, s[("retort_inflight_jobs", ())])
+            llm_max = max(llm_max, stack.llm_stats()["suspended"])
+            if s.get(("retort_jobs_total", (("outcome", "final"),)), 0) >= len(ids):
+                break
+            time.sleep(0.05)
+        stack.wait_outcomes(ids)
+        assert calls_max == 4 and llm_max <= 4, (calls_max, llm_max)
+        assert jobs_max == want_jobs, (jobs_max, want_jobs)
+        s, _ = scrape(port)
+        assert s[("retort_llm_inflight_calls", ())] == 0 and s[("retort_inflight_jobs", ())] == 0
+        assert stack.stop_worker(w) == 0
