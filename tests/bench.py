@@ -35,7 +35,9 @@ BENCH_BUDGET_S caps each throughput phase (default 150 s),
 BENCH_QUICK=1 divides every job count by 5 (a smoke run), BENCH_ONLY=floors,a,c
 runs some parts only (a scenario by name or first letter), BENCH_WORKER=PATH
 measures another build of `retort` (A/B comparisons), BENCH_RESULTS=PATH
-writes the JSON elsewhere than bench-results.json.
+writes the JSON elsewhere than bench-results.json,
+STACK_REDIS_APPENDFSYNC=everysec runs Redis with its AOF synced once a
+second instead of on every write (the default, `always`).
 """
 import json
 import os
@@ -524,6 +526,8 @@ def report(results):
     allocs = sorted({r["allocator"] for r in sc.values() if r.get("allocator")})
     if allocs:
         log("worker allocator: %s (the floor clients are linked like the worker by `make`)" % ", ".join(allocs))
+    log("redis: AOF with appendfsync %s (every job waits for two Redis writes; "
+        "STACK_REDIS_APPENDFSYNC=everysec to compare)" % results["env"].get("redis_appendfsync", "always"))
     cols = [("jobs/s", "jobs_per_s", "%8.0f"), ("us CPU/job", "cpu_us_per_job", "%10.0f"),
             ("add p50 ms", "added_latency_p50_ms", "%10.1f"), ("add p99 ms", "added_latency_p99_ms", "%10.1f"),
             ("RSS MB", "rss_peak_mb", "%7.1f"), ("KB/inflight", "rss_per_inflight_kb", "%11.1f"),
@@ -661,7 +665,8 @@ def main():
     results = {"floors": {}, "scenarios": {}, "env": {
         "run": RUN, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
         "partitions": PARTITIONS, "quick": QUICK, "scale_jobs": SCALE_JOBS,
-        "worker_binary": os.environ.get("BENCH_WORKER") or os.path.join(BUILD, "retort")}}
+        "worker_binary": os.environ.get("BENCH_WORKER") or os.path.join(BUILD, "retort"),
+        "redis_appendfsync": os.environ.get("STACK_REDIS_APPENDFSYNC", "always")}}
     results["env"]["busy_before_pct"] = round(busy, 1)
     try:   # read-only: which tree was measured
         results["env"]["git_head"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],

@@ -12,6 +12,7 @@ import urllib.request
 import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REDIS_APPENDFSYNC = os.environ.get("STACK_REDIS_APPENDFSYNC", "always")
 BUILD = os.path.join(REPO, "build")
 TOPICS = ["retort.jobs", "retort.final", "retort.escalations", "retort.dlq"]
 
@@ -80,10 +81,11 @@ class Stack:
 
     def start_redis(self):
         """redis-server with an append-only file synced on every write, as
-        the state store of a production pool would run."""
+        the state store of a production pool would run
+        (STACK_REDIS_APPENDFSYNC=everysec: synced once a second)."""
         self.redis = subprocess.Popen(
             ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir],
+             "--save", "", "--appendonly", "yes", "--appendfsync", REDIS_APPENDFSYNC, "--dir", self.dir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(self.redis)
 
