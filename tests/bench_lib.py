@@ -13,9 +13,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "integration"))
-from stack import BUILD, REPO, Stack  # noqa: E402
+from stack import BUILD, CLK_TCK, REPO, Stack, proc_cpu_s  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 SCHEMAS = ["product.v1", "ticket.v1", "invoice.v1"]
 FETCH_WAIT_MS = int(os.environ.get("BENCH_FETCH_WAIT_MS", "5"))   # see BenchStack.properties
 PROMPTS = {
@@ -52,16 +51,6 @@ def proc_allocator(pid):
         if "lib" + name in maps:
             return name
     return "glibc"
-
-
-def proc_cpu_s(pid):
-    """utime + stime of a process (all its threads), seconds."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def proc_status_kb(pid, key):

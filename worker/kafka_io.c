@@ -48,6 +48,7 @@ typedef struct conf_ctx {
     rd_kafka_conf_t *conf;
     const char *only;   /* "consumer." or "producer." sub-prefix to accept */
     const char *skip;   /* the other one */
+    const char *const *foreign; /* properties of the other client type */
     char *err;
     size_t errlen;
     int failed;
@@ -80,7 +81,7 @@ static void conf_apply(const char *key, const char *value, void *ud) {
     if (cc->failed) return;
     if (!strncmp(key, cc->skip, strlen(cc->skip))) return;
     if (!strncmp(key, cc->only, strlen(cc->only))) key += strlen(cc->only);
-    else if (listed(!strcmp(cc->only, "consumer.") ? producer_only : consumer_only, key)) return;
+    else if (listed(cc->foreign, key)) return;
     char errstr[512];
     if (rd_kafka_conf_set(cc->conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
         snprintf(cc->err, cc->errlen, "config key 'kafka.%s': %s", key, errstr);
@@ -315,7 +316,7 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     /* Retry jobs loop back through the topic: a long fetch wait would add
      * to every retry's latency. */
     rd_kafka_conf_set(cconf, "fetch.wait.max.ms", "100", NULL, 0);
-    conf_ctx cc = {cconf, "consumer.", "producer.", err, errlen, 0};
+    conf_ctx cc = {cconf, "consumer.", "producer.", producer_only, err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &cc);
     if (cc.failed) goto fail;
     rd_kafka_conf_set_log_cb(cconf, log_cb);
@@ -335,7 +336,7 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     rd_kafka_conf_set(pconf, "linger.ms", "5", NULL, 0);
     rd_kafka_conf_set(pconf, "compression.type", "lz4", NULL, 0);
     rd_kafka_conf_set(pconf, "message.max.bytes", "1000000", NULL, 0);
-    conf_ctx pc = {pconf, "producer.", "consumer.", err, errlen, 0};
+    conf_ctx pc = {pconf, "producer.", "consumer.", consumer_only, err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &pc);
     if (pc.failed) goto fail;
     rd_kafka_conf_set_log_cb(pconf, log_cb);

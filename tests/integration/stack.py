@@ -13,6 +13,17 @@ import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REDIS_APPENDFSYNC = os.environ.get("STACK_REDIS_APPENDFSYNC", "always")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid):
+    """utime + stime of a process (all its threads), seconds; 0 once gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 BUILD = os.path.join(REPO, "build")
 TOPICS = ["retort.jobs", "retort.final", "retort.escalations", "retort.dlq"]
 

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from stack import BUILD, Stack, job
+from stack import BUILD, Stack, job, proc_cpu_s
 
 
 def uid(prefix):
@@ -246,12 +246,6 @@ def test_retry_job_is_shrunk_to_the_message_size(stack):
     assert len(refl["previous_output"].encode()) <= 1024 and len(refl["violations"]) <= 5
     assert "retry job shrunk" in stack.worker_log(w.name)
     assert [m["value"]["attempts"] for m in stack.consume("retort.final") if m["value"]["job_id"] == jid] == [2]
-
-
-def proc_cpu_s(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.llm_args("--idle-timeout-s", "1")
