@@ -124,14 +124,30 @@ static uint64_t hash_bytes(const void *p, size_t n)
     return h ^ (h >> 29);
 }
 
-/* Hash and length of a property name in one pass (hot path). */
+/* Hash and length of a property name (hot path: the instance's keys that
+ * are not where the schema order expects them): 8 bytes a step rather
+ * than one. */
 static uint64_t hash_cstr(const char *s, size_t *len)
 {
-    uint64_t h = 1469598103934665603ull;
-    const char *p = s;
-    for (; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    *len = (size_t)(p - s);
+    const uint64_t mul = 0xff51afd7ed558ccdull;
+    size_t n = strlen(s);
+    *len = n;
+    const unsigned char *p = (const unsigned char *)s;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * mul;
+        h ^= h >> 32;
+    }
+    if (n >= 4) { /* two overlapping words: every byte counts */
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        w = (uint64_t)a << 32 | b;
+    } else {
+        w = n ? (uint64_t)p[0] | (uint64_t)p[n / 2] << 8 | (uint64_t)p[n - 1] << 16 : 0;
+    }
+    h = (h ^ w) * mul;
     return h ^ (h >> 31);
 }
 
@@ -448,8 +464,33 @@ static void jw_put(jw *w, const char *s, size_t n)
     w->len += n;
 }
 
+/* 1 for the bytes a JSON string holds as they are (not NUL, a control
+ * character, '"' or '\\') */
+static const uint8_t JSON_PLAIN[256] = {
+#define R16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
+    R16(0), R16(0),
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* '"' */
+    R16(1), R16(1),
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* '\\' */
+    R16(1), R16(1), R16(1), R16(1), R16(1), R16(1), R16(1), R16(1), R16(1), R16(1),
+#undef R16
+};
+
 static void jw_string(jw *w, const char *s)
 {
+    /* the usual case, nothing to escape and room for all of it: at once
+     * (the scan stops where the room ends: a long string is cut anyway) */
+    size_t n = 0, room = w->full ? 0 : w->cap - w->len;
+    while (n + 2 < room && JSON_PLAIN[(unsigned char)s[n]])
+        n++;
+    if (!s[n] && n + 2 <= room) {
+        char *o = w->buf + w->len;
+        o[0] = '"';
+        memcpy(o + 1, s, n);
+        o[n + 1] = '"';
+        w->len += n + 2;
+        return;
+    }
     jw_put(w, "\"", 1);
     const char *run = s;
     for (; *s && !w->full; s++) {
@@ -515,6 +556,20 @@ static void jw_value(jw *w, const cJSON *v, int depth)
     default:
         jw_put(w, "null", 4);
     }
+}
+
+/* JSON string of s into buf (SNIPPET_MAX + 1 bytes), cut without "..."
+ * (the `expected` text of a property name); returns its length. */
+static size_t str_json(const char *s, char *buf)
+{
+    cJSON tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.type = cJSON_String;
+    tmp.valuestring = (char *)s;
+    jw w = { buf, 0, SNIPPET_MAX, 0 };
+    jw_value(&w, &tmp, 0);
+    buf[w.len] = '\0';
+    return w.len;
 }
 
 /* JSON text of v, at most ~max bytes ("..." appended when cut); malloc'd. */
@@ -759,6 +814,16 @@ enum { UE_ITEMS = 1, UE_PROPS = 2 };
 
 typedef struct node node;
 
+/* A text of known length: a piece of a report's message, or a text made
+ * at compile time that reports copy. */
+typedef struct mpart {
+    const char *s;
+    size_t l;
+} mpart;
+#define MPL(lit) ((mpart){ (lit), sizeof(lit) - 1 })
+/* a keyword name and its length, as report_p() takes them */
+#define KWL(lit) (lit), (sizeof(lit) - 1)
+
 typedef struct rres { /* runtime resource, for the dynamic scope */
     const char *uri;
     size_t ndyn;
@@ -839,6 +904,11 @@ struct node {
     uint8_t unique;
     uint8_t content_b64, content_json;
     const char *type_text, *enum_text, *const_text, *pattern_text;
+    /* texts of reports, made once by report_texts() */
+    size_t type_text_len, enum_text_len, const_text_len, pattern_text_len;
+    mpart type_msg;   /* "expected string or null, got " */
+    mpart *bound_text; /* by keyword: the bound as `expected` text (fmt_num) */
+    mpart *req_text;   /* the JSON text of each required name */
     uint64_t *enum_h;
     uint64_t max_props, min_props;
     uint64_t min_contains, max_contains;
@@ -2359,13 +2429,90 @@ static void collapse_refs(schema *s, const pmap *memo)
     s->root = skip_refs(s->root);
 }
 
+static void type_list(int types, char *buf, size_t n);
+
+static mpart arena_text(cctx *c, const char *s, size_t l)
+{
+    mpart t = { arena_strndup(&c->s->a, s, l), l };
+    if (!t.s) {
+        cfail(c, "out of memory");
+        t.l = 0;
+    }
+    return t;
+}
+
+/* The texts reports copy, made here once rather than by every report:
+ * the lengths of the keyword texts, the start of the `type` message, the
+ * bounds as `expected` texts and the names of `required` as JSON. */
+static void report_texts(cctx *c, node *n)
+{
+    n->type_text_len = n->type_text ? strlen(n->type_text) : 0;
+    n->enum_text_len = n->enum_text ? strlen(n->enum_text) : 0;
+    n->const_text_len = n->const_text ? strlen(n->const_text) : 0;
+    n->pattern_text_len = n->pattern_text ? strlen(n->pattern_text) : 0;
+    if (n->kwmask & KB(K_TYPE)) {
+        char list[128], msg[160];
+        type_list(n->types, list, sizeof list);
+        int l = snprintf(msg, sizeof msg, "expected %s, got ", list);
+        n->type_msg = arena_text(c, msg, (size_t)l);
+    }
+    static const uint64_t bounds = KB(K_MULTIPLE_OF) | KB(K_MAXIMUM) | KB(K_MINIMUM) |
+                                   KB(K_XMAXIMUM) | KB(K_XMINIMUM) | KB(K_MAX_LENGTH) |
+                                   KB(K_MIN_LENGTH) | KB(K_MAX_ITEMS) | KB(K_MIN_ITEMS) |
+                                   KB(K_MAX_PROPS) | KB(K_MIN_PROPS);
+    if (n->kwmask & bounds) {
+        n->bound_text = arena_alloc(&c->s->a, K__COUNT * sizeof *n->bound_text);
+        if (!n->bound_text) {
+            cfail(c, "out of memory");
+            return;
+        }
+        for (int k = 0; k < K__COUNT; k++) {
+            double v;
+            switch (k) {
+            case K_MULTIPLE_OF: v = n->multiple_of; break;
+            case K_MAXIMUM: v = n->maximum; break;
+            case K_MINIMUM: v = n->minimum; break;
+            case K_XMAXIMUM: v = n->xmaximum; break;
+            case K_XMINIMUM: v = n->xminimum; break;
+            case K_MAX_LENGTH: v = (double)n->max_length; break;
+            case K_MIN_LENGTH: v = (double)n->min_length; break;
+            case K_MAX_ITEMS: v = (double)n->max_items; break;
+            case K_MIN_ITEMS: v = (double)n->min_items; break;
+            case K_MAX_PROPS: v = (double)n->max_props; break;
+            case K_MIN_PROPS: v = (double)n->min_props; break;
+            default: continue;
+            }
+            if (!(n->kwmask & KB(k)))
+                continue;
+            char buf[40];
+            fmt_num(v, buf, sizeof buf);
+            n->bound_text[k] = arena_text(c, buf, strlen(buf));
+        }
+    }
+    if (n->n_required) {
+        n->req_text = arena_alloc(&c->s->a, n->n_required * sizeof *n->req_text);
+        if (!n->req_text) {
+            cfail(c, "out of memory");
+            return;
+        }
+        for (size_t i = 0; i < n->n_required; i++) {
+            char buf[SNIPPET_MAX + 8];
+            size_t l = str_json(n->required[i], buf);
+            n->req_text[i] = arena_text(c, buf, l);
+        }
+    }
+}
+
 /* Last step of a compile: the copies that evaluation reads (after
  * collapse_refs has settled the schema pointers). */
 static void finish_nodes(cctx *c)
 {
     for (size_t i = 0; i < c->memo.cap && !c->failed; i++) {
         node *n = c->memo.e[i].key ? c->memo.e[i].val : NULL;
-        if (!n || !n->n_props)
+        if (!n)
+            continue;
+        report_texts(c, n);
+        if (!n->n_props)
             continue;
         n->ordv = calloc_or_fail(c, n->n_props * sizeof *n->ordv);
         for (size_t k = 0; n->ordv && k < n->n_props; k++) {
@@ -2510,6 +2657,7 @@ typedef struct vrec {
 typedef struct pathseg {
     const char *key; /* NULL: array index */
     size_t idx;
+    size_t end; /* where its text ends in vctx.pbuf, once rendered */
 } pathseg;
 
 typedef struct vchunk {
@@ -2522,6 +2670,7 @@ typedef struct vctx {
     int record;
     int depth;
     size_t npath;
+    size_t prend; /* path[0 .. prend) are rendered in pbuf (see path_render) */
     size_t nscope;
     vrec *recs; /* recs_inl, or malloc'd when more are found */
     size_t nrec, caprec, dropped, store_cap;
@@ -2535,8 +2684,11 @@ typedef struct vctx {
     char ebuf[SNIPPET_MAX + 8]; /* `expected` text of the report being made */
     unsigned rx_calls;
     long long rx_start_ms; /* coarse clock at the first regex match */
+    const schema_regex *rx_miss_re; /* cache: the last failed match */
+    const char *rx_miss_str;
     char limit_msg[200];
     pathseg path[MAX_EVAL_DEPTH + 4];
+    char pbuf[1024]; /* the instance path as text, up to path[prend - 1] */
     const rres *scope[MAX_EVAL_DEPTH + 4];
     vrec recs_inl[32];
     max_align_t scratch_inl[4096 / sizeof(max_align_t)];
@@ -2560,6 +2712,8 @@ static inline int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
 static inline void push_key(vctx *c, const char *key)
 {
     if (c->record) {
+        if (c->prend > c->npath) /* the rendered text of this level is stale */
+            c->prend = c->npath;
         c->path[c->npath].key = key;
         c->path[c->npath++].idx = 0;
     }
@@ -2568,6 +2722,8 @@ static inline void push_key(vctx *c, const char *key)
 static inline void push_idx(vctx *c, size_t i)
 {
     if (c->record) {
+        if (c->prend > c->npath)
+            c->prend = c->npath;
         c->path[c->npath].key = NULL;
         c->path[c->npath++].idx = i;
     }
@@ -2624,6 +2780,61 @@ static size_t path_into(const vctx *c, char *buf, size_t cap)
     if (cap)
         buf[o < cap ? o : cap - 1] = '\0';
     return o;
+}
+
+/* The instance path as text in c->pbuf, rendering only the levels pushed
+ * since the last call: sibling violations (/items/1/sku, /items/1/price)
+ * share the text of their parents.  Returns its length, or (size_t)-1
+ * when it does not fit pbuf (then path_into() writes it). */
+static size_t path_render(vctx *c)
+{
+    size_t i = c->prend < c->npath ? c->prend : c->npath; /* pops leave prend above */
+    size_t o = i ? c->path[i - 1].end : 0;
+    const size_t cap = sizeof c->pbuf;
+    for (; i < c->npath; i++) {
+        pathseg *s = &c->path[i];
+        if (o + 1 >= cap)
+            goto too_long;
+        c->pbuf[o++] = '/';
+        if (s->key) {
+            const char *key = s->key;
+            size_t kl = strcspn(key, "~/");
+            if (!key[kl]) { /* nothing to escape (the usual case) */
+                if (o + kl >= cap)
+                    goto too_long;
+                memcpy(c->pbuf + o, key, kl);
+                o += kl;
+            } else {
+                for (const char *k = key; *k; k++) {
+                    if (o + 2 >= cap)
+                        goto too_long;
+                    if (*k == '~' || *k == '/') {
+                        c->pbuf[o++] = '~';
+                        c->pbuf[o++] = *k == '~' ? '0' : '1';
+                    } else {
+                        c->pbuf[o++] = *k;
+                    }
+                }
+            }
+        } else {
+            char digits[24];
+            size_t nd = 0, v = s->idx;
+            do {
+                digits[nd++] = (char)('0' + v % 10);
+                v /= 10;
+            } while (v);
+            if (o + nd >= cap)
+                goto too_long;
+            while (nd)
+                c->pbuf[o++] = digits[--nd];
+        }
+        s->end = o;
+    }
+    c->prend = i;
+    return o;
+too_long:
+    c->prend = i;
+    return (size_t)-1;
 }
 
 /* Scratch memory of a reporting pass: the strings of the violations found
@@ -2718,26 +2929,38 @@ static int pack_violation(vctx *c, vrec *r, const char *code, const char *path,
     return 0;
 }
 
+static vrec *rec_grow(vctx *c);
+
+/* The slot of the next record (c->nrec < c->store_cap), growing the list
+ * when full.  NULL when out of memory. */
+static inline vrec *rec_slot(vctx *c)
+{
+    return c->nrec < c->caprec ? &c->recs[c->nrec] : rec_grow(c);
+}
+
+COLD static vrec *rec_grow(vctx *c)
+{
+    size_t nc = c->caprec * 2;
+    vrec *nr = c->recs == c->recs_inl ? malloc(nc * sizeof *nr)
+                                      : realloc(c->recs, nc * sizeof *nr);
+    if (!nr)
+        return NULL;
+    if (c->recs == c->recs_inl)
+        memcpy(nr, c->recs_inl, c->nrec * sizeof *nr);
+    c->recs = nr;
+    c->caprec = nc;
+    return &c->recs[c->nrec];
+}
+
 static int push_rec(vctx *c, const vrec *r)
 {
-    if (c->nrec >= c->store_cap) {
+    vrec *slot = c->nrec < c->store_cap ? rec_slot(c) : NULL;
+    if (!slot) {
         c->dropped++;
         return 0;
     }
-    if (c->nrec == c->caprec) {
-        size_t nc = c->caprec * 2;
-        vrec *nr = c->recs == c->recs_inl ? malloc(nc * sizeof *nr)
-                                          : realloc(c->recs, nc * sizeof *nr);
-        if (!nr) {
-            c->dropped++;
-            return 0;
-        }
-        if (c->recs == c->recs_inl)
-            memcpy(nr, c->recs_inl, c->nrec * sizeof *nr);
-        c->recs = nr;
-        c->caprec = nc;
-    }
-    c->recs[c->nrec++] = *r;
+    *slot = *r;
+    c->nrec++;
     return 0;
 }
 
@@ -2746,6 +2969,20 @@ static inline size_t mput(char *buf, size_t cap, size_t o, const char *p, size_t
     if (o < cap)
         memcpy(buf + o, p, o + l < cap ? l : cap - o);
     return o + l;
+}
+
+/* Decimal digits of u into buf (24 bytes, no NUL); returns their count. */
+static size_t fmt_u(char *buf, unsigned long long u)
+{
+    char digits[24];
+    size_t nd = 0;
+    do {
+        digits[nd++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    for (size_t i = 0; i < nd; i++)
+        buf[i] = digits[nd - 1 - i];
+    return nd;
 }
 
 /* vsnprintf for the conversions the messages use (%s %d %zu %llu %lld
@@ -2795,16 +3032,11 @@ static size_t msg_vformat(char *buf, size_t cap, const char *fmt, va_list ap)
             return (size_t)-1;
         }
         char digits[24];
-        size_t nd = 0;
-        do {
-            digits[nd++] = (char)('0' + u % 10);
-            u /= 10;
-        } while (u);
+        size_t nd = fmt_u(digits, u);
         if (neg)
             MPUT('-');
-        while (nd) { /* MPUT evaluates its argument only when it fits */
-            nd--;
-            MPUT(digits[nd]);
+        for (size_t i = 0; i < nd; i++) { /* MPUT evaluates its argument only when it fits */
+            MPUT(digits[i]);
         }
     }
 #undef MPUT
@@ -2814,34 +3046,51 @@ static size_t msg_vformat(char *buf, size_t cap, const char *fmt, va_list ap)
     return o;
 }
 
-/* A sketch of a violation: what report_branches() looks at (code, depth,
- * expected), no text. */
-static int report_sketch(vctx *c, const char *code, const char *expected)
+/* Violation codes are the static strings of schema.h: usually one
+ * pointer, compared as text in case the compiler kept copies (the first
+ * letter tells most of them apart). */
+static inline int code_is(const char *a, const char *b)
 {
-    vrec r;
-    memset(&r, 0, sizeof r);
-    r.depth = c->npath;
-    r.v.code = code;
+    return a == b || (a[0] == b[0] && strcmp(a, b) == 0);
+}
+
+/* A sketch of a violation: what report_branches() looks at (code, depth,
+ * expected), no text.  le: strlen(expected). */
+static int report_sketch(vctx *c, const char *code, const char *expected, size_t le)
+{
+    char *e = NULL;
     if (expected) {
-        size_t le = strlen(expected) + 1;
-        r.v.expected = scratch_alloc(c, le);
-        if (!r.v.expected) {
+        e = scratch_alloc(c, le + 1);
+        if (!e) {
             c->dropped++;
             return 0;
         }
-        memcpy(r.v.expected, expected, le);
+        memcpy(e, expected, le + 1);
     }
-    push_rec(c, &r);
+    vrec *r = rec_slot(c);
+    if (!r) {
+        c->dropped++;
+        return 0;
+    }
+    memset(r, 0, sizeof *r);
+    r->depth = c->npath;
+    r->v.code = code;
+    r->v.expected = e;
+    c->nrec++;
     return 0;
 }
 
-/* Records a violation (reporting pass only).  expected is borrowed.
- * Returns 0 so callers can `return report(...)`.  c->record: 1 full
- * reports, 2 sketches (while anyOf/oneOf branches are being compared). */
-static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
-                  const char *expected, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
-                  const char *expected, const char *fmt, ...)
+/* Records a violation (reporting pass only), its strings written straight
+ * into the scratch memory and the record straight into the list.  kw: the
+ * keyword (NULL = none) and its length; expected (borrowed, NULL = none)
+ * and its length; the message is the concatenation of the nmp parts;
+ * actual: the text of inst when the caller has it already (a number it
+ * formatted), else NULL (inst is then written as a snippet).  Returns 0
+ * so callers can `return report_p(...)`.  c->record: 1 full reports, 2
+ * sketches (while anyOf/oneOf branches are being compared). */
+static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const char *code,
+                    const cJSON *inst, const mpart *actual, const char *expected, size_t le,
+                    const mpart *mp, int nmp)
 {
     if (!c->record)
         return 0;
@@ -2849,76 +3098,106 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
         c->dropped++;
         return 0;
     }
-    if (c->record == 2)
-        return report_sketch(c, code, expected);
-    va_list ap;
-    {
-        /* The usual case: every piece formatted straight into the scratch
-         * memory, in the layout pack_violation() makes; when something
-         * does not fit (or the format needs vsnprintf), the general way
-         * below. */
-        char *b0 = c->sp, *b = b0;
-        size_t left = c->sleft;
-        size_t pl = path_into(c, b, left);
-        size_t ll = n->loc_len, lk = kw && *kw ? strlen(kw) + 1 : 0;
-        size_t le = expected ? strlen(expected) + 1 : 0;
-        if (pl + 1 + ll + lk + 1 + le + SNIPPET_MAX + 8 <= left) {
-            b += pl + 1;
-            left -= pl + 1;
-            char *kloc = b;
-            size_t kl = kloc_put(b, n->loc, ll, kw, lk);
-            b += kl;
-            left -= kl;
-            va_start(ap, fmt);
-            size_t ml = msg_vformat(b, left - le - SNIPPET_MAX - 8, fmt, ap);
-            va_end(ap);
-            if (ml != (size_t)-1 && ml + 1 + le + SNIPPET_MAX + 8 <= left) {
-                vrec r;
-                r.v.code = code;
-                r.v.path = b0;
-                r.v.keyword_location = kloc;
-                r.v.message = b;
-                b += ml + 1;
-                r.v.expected = NULL;
-                if (expected) {
-                    r.v.expected = b;
-                    memcpy(b, expected, le);
-                    b += le;
-                }
-                r.v.actual = NULL;
-                if (inst) {
-                    jw w = { b, 0, SNIPPET_MAX, 0 };
-                    jw_value(&w, inst, 0);
-                    if (w.full) {
-                        memcpy(b + w.len, "...", 3);
-                        w.len += 3;
-                    }
-                    b[w.len] = '\0';
-                    r.v.actual = b;
-                    b += w.len + 1;
-                }
-                r.depth = c->npath;
-                r.blen = (size_t)(b - b0);
-                r.plen = pl;
-                r.klen = ll + lk;
-                size_t used = (r.blen + 7) & ~(size_t)7;
-                c->sp += used;
-                c->sleft -= used;
-                push_rec(c, &r);
-                return 0;
-            }
+    if (c->record == 2) /* report_branches() reads `expected` of these only */
+        return report_sketch(c, code,
+                             code_is(code, SCHEMA_WRONG_TYPE) || code_is(code, SCHEMA_CONST_MISMATCH) ||
+                                     code_is(code, SCHEMA_ENUM_MISMATCH)
+                                 ? expected : NULL,
+                             le);
+    size_t ml = 0;
+    for (int i = 0; i < nmp; i++)
+        ml += mp[i].l;
+    size_t pl = path_render(c);
+    int cached = pl != (size_t)-1;
+    if (!cached)
+        pl = path_into(c, NULL, 0);
+    size_t ll = n->loc_len, lkk = kw && lk ? lk + 1 : 0, lee = expected ? le + 1 : 0;
+    size_t need = pl + 1 + ll + lkk + 1 + ml + 1 + lee + (inst ? SNIPPET_MAX + 4 : 0);
+    char *b0 = need <= c->sleft ? c->sp : NULL;
+    if (!b0) {
+        /* a fresh chunk; what is left of this one stays unused */
+        b0 = scratch_alloc(c, need);
+        if (!b0) {
+            c->dropped++;
+            return 0;
         }
+        c->sp = b0;
+        c->sleft += (need + 7) & ~(size_t)7;
     }
-    char pbuf[512], mbuf[512], abuf[SNIPPET_MAX + 8];
-    char *path = pbuf, *msg = mbuf;
-    size_t pl = path_into(c, pbuf, sizeof pbuf);
-    if (pl >= sizeof pbuf) {
-        path = scratch_alloc(c, pl + 1);
-        if (path)
-            path_into(c, path, pl + 1);
-        else
-            pl = 0;
+    vrec *r = rec_slot(c);
+    if (!r) {
+        c->dropped++;
+        return 0;
     }
+    char *b = b0;
+    if (cached)
+        memcpy(b, c->pbuf, pl);
+    else
+        path_into(c, b, pl + 1);
+    b[pl] = '\0';
+    b += pl + 1;
+    r->v.keyword_location = b;
+    b += kloc_put(b, n->loc, ll, kw, lkk);
+    r->v.message = b;
+    for (int i = 0; i < nmp; i++) {
+        memcpy(b, mp[i].s, mp[i].l);
+        b += mp[i].l;
+    }
+    *b++ = '\0';
+    r->v.expected = NULL;
+    if (expected) {
+        r->v.expected = b;
+        memcpy(b, expected, le);
+        b[le] = '\0';
+        b += le + 1;
+    }
+    r->v.actual = NULL;
+    if (inst) {
+        size_t al;
+        if (actual) {
+            memcpy(b, actual->s, actual->l);
+            al = actual->l;
+        } else {
+            jw w = { b, 0, SNIPPET_MAX, 0 };
+            jw_value(&w, inst, 0);
+            if (w.full) {
+                memcpy(b + w.len, "...", 3);
+                w.len += 3;
+            }
+            al = w.len;
+        }
+        b[al] = '\0';
+        r->v.actual = b;
+        b += al + 1;
+    }
+    r->v.code = code;
+    r->v.path = b0;
+    r->depth = c->npath;
+    r->blen = (size_t)(b - b0);
+    r->plen = pl;
+    r->klen = ll + lkk;
+    size_t used = (r->blen + 7) & ~(size_t)7;
+    c->sp += used;
+    c->sleft -= used;
+    c->nrec++;
+    return 0;
+}
+
+/* report_p() with a printf-style message (%s %d %zu %llu %lld %%, or
+ * anything vsnprintf takes), for the rarer reports. */
+static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
+                  const char *expected, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int report(vctx *c, const node *n, const char *kw, const char *code, const cJSON *inst,
+                  const char *expected, const char *fmt, ...)
+{
+    if (!c->record)
+        return 0;
+    if (c->record != 1 || c->nrec >= c->store_cap)
+        return report_p(c, n, kw, 0, code, inst, NULL, expected, expected ? strlen(expected) : 0,
+                        NULL, 0);
+    char mbuf[512];
+    char *msg = mbuf;
+    va_list ap;
     va_start(ap, fmt);
     size_t ml = msg_vformat(mbuf, sizeof mbuf, fmt, ap);
     va_end(ap);
@@ -2937,26 +3216,9 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
         msg_vformat(msg, ml + 1, fmt, ap);
         va_end(ap);
     }
-    if (!msg)
-        ml = 0;
-    size_t al = 0;
-    if (inst) {
-        jw w = { abuf, 0, SNIPPET_MAX, 0 };
-        jw_value(&w, inst, 0);
-        if (w.full) {
-            memcpy(abuf + w.len, "...", 3);
-            w.len += 3;
-        }
-        al = w.len;
-    }
-    vrec r;
-    r.depth = c->npath;
-    if (pack_violation(c, &r, code, path ? path : "", pl, n->loc, kw, msg ? msg : "", ml,
-                       expected, inst ? abuf : NULL, al) == 0)
-        push_rec(c, &r);
-    else
-        c->dropped++;
-    return 0;
+    mpart m = { msg ? msg : "", msg ? ml : 0 };
+    return report_p(c, n, kw, kw ? strlen(kw) : 0, code, inst, NULL, expected,
+                    expected ? strlen(expected) : 0, &m, 1);
 }
 
 /* `expected` texts built in the context's scratch buffer */
@@ -2968,13 +3230,7 @@ static const char *num_text(vctx *c, double d)
 
 static const char *str_text(vctx *c, const char *s)
 {
-    cJSON tmp;
-    memset(&tmp, 0, sizeof tmp);
-    tmp.type = cJSON_String;
-    tmp.valuestring = (char *)s;
-    jw w = { c->ebuf, 0, SNIPPET_MAX, 0 };
-    jw_value(&w, &tmp, 0);
-    c->ebuf[w.len] = '\0';
+    str_json(s, c->ebuf);
     return c->ebuf;
 }
 
@@ -3010,6 +3266,12 @@ static int rx_match(vctx *c, const schema_regex *re, const char *s, size_t len, 
     if (r < 0)
         return limit(c, "regular expression %s hit its match limit at %s/%s",
                      schema_regex_source(re), n->loc, kw);
+    if (r == 0) {
+        /* the ordered walk that reports a failed `pattern` (after
+         * str_fast() found it) need not match again */
+        c->rx_miss_re = re;
+        c->rx_miss_str = s;
+    }
     return r;
 }
 
@@ -3092,48 +3354,53 @@ static int bad_utf8(vctx *c, const node *n, const char *kw)
     return report(c, n, kw, SCHEMA_INVALID_VALUE, NULL, NULL, "string is not valid UTF-8");
 }
 
+/* "value X <mid> BOUND" for a number that is out of the bound of keyword
+ * k; the value's text is its `actual` text too. */
+static int report_bound(vctx *c, const node *n, int k, const char *kw, size_t lk, const char *code,
+                        const cJSON *inst, mpart mid)
+{
+    char xs[40];
+    mpart x = { xs, 0 };
+    if (c->record == 1) {
+        fmt_num(inst->valuedouble, xs, sizeof xs);
+        x.l = strlen(xs);
+    }
+    const mpart *b = &n->bound_text[k];
+    mpart m[4] = { MPL("value "), x, mid, *b };
+    return report_p(c, n, kw, lk, code, inst, &x, b->s, b->l, m, 4);
+}
+
 NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (!IS_NUMBER(inst))
         return 1;
     double x = inst->valuedouble;
-    char xs[40], ls[40];
     switch (k) {
     case K_MINIMUM:
         if (x >= n->minimum)
             return 1;
-        fmt_num(x, xs, sizeof xs);
-        fmt_num(n->minimum, ls, sizeof ls);
-        return report(c, n, "minimum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->minimum),
-                      "value %s is less than the minimum %s", xs, ls);
+        return report_bound(c, n, k, KWL("minimum"), SCHEMA_OUT_OF_RANGE, inst,
+                            MPL(" is less than the minimum "));
     case K_MAXIMUM:
         if (x <= n->maximum)
             return 1;
-        fmt_num(x, xs, sizeof xs);
-        fmt_num(n->maximum, ls, sizeof ls);
-        return report(c, n, "maximum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->maximum),
-                      "value %s is greater than the maximum %s", xs, ls);
+        return report_bound(c, n, k, KWL("maximum"), SCHEMA_OUT_OF_RANGE, inst,
+                            MPL(" is greater than the maximum "));
     case K_XMINIMUM:
         if (x > n->xminimum)
             return 1;
-        fmt_num(x, xs, sizeof xs);
-        fmt_num(n->xminimum, ls, sizeof ls);
-        return report(c, n, "exclusiveMinimum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->xminimum),
-                      "value %s must be greater than %s", xs, ls);
+        return report_bound(c, n, k, KWL("exclusiveMinimum"), SCHEMA_OUT_OF_RANGE, inst,
+                            MPL(" must be greater than "));
     case K_XMAXIMUM:
         if (x < n->xmaximum)
             return 1;
-        fmt_num(x, xs, sizeof xs);
-        fmt_num(n->xmaximum, ls, sizeof ls);
-        return report(c, n, "exclusiveMaximum", SCHEMA_OUT_OF_RANGE, inst, num_text(c, n->xmaximum),
-                      "value %s must be less than %s", xs, ls);
+        return report_bound(c, n, k, KWL("exclusiveMaximum"), SCHEMA_OUT_OF_RANGE, inst,
+                            MPL(" must be less than "));
     default: /* K_MULTIPLE_OF */
         if (is_multiple(x, n->multiple_of, &n->multiple_dec))
             return 1;
-        fmt_num(x, xs, sizeof xs);
-        fmt_num(n->multiple_of, ls, sizeof ls);
-        return report(c, n, "multipleOf", SCHEMA_NOT_MULTIPLE, inst, num_text(c, n->multiple_of),
-                      "value %s is not a multiple of %s", xs, ls);
+        return report_bound(c, n, k, KWL("multipleOf"), SCHEMA_NOT_MULTIPLE, inst,
+                            MPL(" is not a multiple of "));
     }
 }
 
@@ -3149,27 +3416,40 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return bad_utf8(c, n, "minLength");
         if ((uint64_t)cps >= n->min_length)
             return 1;
-        return report(c, n, "minLength", SCHEMA_TOO_SHORT, inst, num_text(c, (double)n->min_length),
-                      "string has %lld character%s, fewer than the minimum length %llu", cps,
-                      cps == 1 ? "" : "s", (unsigned long long)n->min_length);
+        {
+            char a[24], b[24];
+            mpart m[5] = { MPL("string has "), { a, fmt_u(a, (unsigned long long)cps) },
+                           cps == 1 ? MPL(" character") : MPL(" characters"),
+                           MPL(", fewer than the minimum length "), { b, fmt_u(b, n->min_length) } };
+            const mpart *e = &n->bound_text[K_MIN_LENGTH];
+            return report_p(c, n, KWL("minLength"), SCHEMA_TOO_SHORT, inst, NULL, e->s, e->l, m, 5);
+        }
     case K_MAX_LENGTH:
         if (!string_info(c, inst, &len, &cps))
             return bad_utf8(c, n, "maxLength");
         if ((uint64_t)cps <= n->max_length)
             return 1;
-        return report(c, n, "maxLength", SCHEMA_TOO_LONG, inst, num_text(c, (double)n->max_length),
-                      "string has %lld characters, more than the maximum length %llu", cps,
-                      (unsigned long long)n->max_length);
+        {
+            char a[24], b[24];
+            mpart m[4] = { MPL("string has "), { a, fmt_u(a, (unsigned long long)cps) },
+                           MPL(" characters, more than the maximum length "),
+                           { b, fmt_u(b, n->max_length) } };
+            const mpart *e = &n->bound_text[K_MAX_LENGTH];
+            return report_p(c, n, KWL("maxLength"), SCHEMA_TOO_LONG, inst, NULL, e->s, e->l, m, 4);
+        }
     case K_PATTERN: {
         if (!string_info(c, inst, &len, &cps))
             return bad_utf8(c, n, "pattern");
-        int r = rx_match(c, n->pattern, inst->valuestring, len, n, "pattern");
+        int r = c->rx_miss_re == n->pattern && c->rx_miss_str == inst->valuestring
+                    ? 0 : rx_match(c, n->pattern, inst->valuestring, len, n, "pattern");
         if (r < 0)
             return -1;
         if (r)
             return 1;
-        return report(c, n, "pattern", SCHEMA_PATTERN_MISMATCH, inst, n->pattern_text,
-                      "string does not match the pattern %s", n->pattern_text);
+        mpart m[2] = { MPL("string does not match the pattern "),
+                       { n->pattern_text, n->pattern_text_len } };
+        return report_p(c, n, KWL("pattern"), SCHEMA_PATTERN_MISMATCH, inst, NULL, n->pattern_text,
+                        n->pattern_text_len, m, 2);
     }
     default: { /* K_FORMAT */
         if (!string_info(c, inst, &len, &cps))
@@ -3266,10 +3546,9 @@ COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
 {
     if (!c->record)
         return;
-    char list[128];
-    type_list(n->types, list, sizeof list);
-    report(c, n, "type", SCHEMA_WRONG_TYPE, inst, n->type_text, "expected %s, got %s", list,
-           inst_type_name(inst));
+    const char *got = inst_type_name(inst);
+    mpart m[2] = { n->type_msg, { got, strlen(got) } };
+    report_p(c, n, KWL("type"), SCHEMA_WRONG_TYPE, inst, NULL, n->type_text, n->type_text_len, m, 2);
 }
 
 /* cJSON type (one bit) -> T_ bit; integers are told apart separately */
@@ -3316,16 +3595,24 @@ NOINLINE static int str_fast(vctx *c, const node *n, uint64_t m, const cJSON *in
     size_t len = strlen(inst->valuestring);
     long long cps = utf8_count(inst->valuestring, len);
     if (cps < 0)
-        return 0;
+        goto fail;
     if ((m & KB(K_MIN_LENGTH)) && (uint64_t)cps < n->min_length)
-        return 0;
+        goto fail;
     if ((m & KB(K_MAX_LENGTH)) && (uint64_t)cps > n->max_length)
-        return 0;
+        goto fail;
     if ((m & KB(K_FORMAT)) && !schema_format_check(n->fmt, inst->valuestring, len))
-        return 0;
-    if (m & KB(K_PATTERN))
+        goto fail;
+    if (m & KB(K_PATTERN)) /* a miss is remembered by rx_match() */
         return rx_match(c, n->pattern, inst->valuestring, len, n, "pattern");
     return 1;
+fail:
+    /* the ordered walk that reports the failure measures the string
+     * again: let it find the answer here */
+    c->str_inst = inst;
+    c->str_ptr = inst->valuestring;
+    c->str_len = len;
+    c->str_cps = cps;
+    return 0;
 }
 
 static inline int num_fast(const node *n, uint64_t m, double x)
@@ -3620,19 +3907,33 @@ static const prop_ent *prop_find(const node *n, const char *name)
  * one comparison is cheaper than hashing the name). */
 static inline const prop_ent *member_ent(const node *n, const char *name, size_t *cur)
 {
-    if (*cur < n->n_props && strcmp(n->ordv[*cur].name, name) == 0)
-        return &n->ordv[(*cur)++];
+    size_t k = *cur;
+    if (k < n->n_props) {
+        const prop_ent *e = &n->ordv[k];
+        if (strcmp(e->name, name) == 0) {
+            *cur = k + 1;
+            return e;
+        }
+        /* the instance left an optional property out: the one after */
+        if (k + 1 < n->n_props && e[1].name[0] == name[0] && strcmp(e[1].name, name) == 0) {
+            *cur = k + 2;
+            return e + 1;
+        }
+    }
     const prop_ent *pe = prop_find(n, name);
     if (pe && pe->schema)
         *cur = pe->ord + 1;
     return pe;
 }
 
-static int unexpected(vctx *c, const node *sub, const cJSON *m, const char *why)
+static int unexpected(vctx *c, const node *sub, const cJSON *m)
 {
+    if (!c->record)
+        return 0;
     push_key(c, m->string);
-    report(c, sub, NULL, SCHEMA_UNEXPECTED_FIELD, m, NULL, "property \"%s\" is not allowed%s",
-           m->string, why);
+    mpart p[3] = { MPL("property \""), { m->string, c->record == 1 ? strlen(m->string) : 0 },
+                   MPL("\" is not allowed") };
+    report_p(c, sub, NULL, 0, SCHEMA_UNEXPECTED_FIELD, m, NULL, NULL, 0, p, 3);
     pop_path(c);
     return 0;
 }
@@ -3672,7 +3973,7 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                 if (pe->schema->boolean == B_TRUE) {
                     r = 1;
                 } else if (pe->schema->boolean == B_FALSE) {
-                    r = unexpected(c, pe->schema, m, "");
+                    r = unexpected(c, pe->schema, m);
                 } else {
                     push_key(c, m->string);
                     r = eval_child(c, pe->schema, m);
@@ -3705,7 +4006,7 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                 matched = 1;
                 int r;
                 if (n->pats[p].schema->boolean == B_FALSE) {
-                    r = unexpected(c, n->pats[p].schema, m, "");
+                    r = unexpected(c, n->pats[p].schema, m);
                 } else {
                     push_key(c, m->string);
                     r = eval_child(c, n->pats[p].schema, m);
@@ -3724,7 +4025,7 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
             matched = 1;
             int r;
             if (n->additional->boolean == B_FALSE) {
-                r = unexpected(c, n->additional, m, "");
+                r = unexpected(c, n->additional, m);
             } else {
                 push_key(c, m->string);
                 r = eval_child(c, n->additional, m);
@@ -3788,9 +4089,11 @@ static void report_missing(vctx *c, const node *n, size_t i)
     push_key(c, n->required[i]);
     /* a sketch keeps `expected` only for what report_branches() reads:
      * types and const/enum values */
-    report(c, n, "required", SCHEMA_MISSING_FIELD, NULL,
-           c->record == 2 ? NULL : str_text(c, n->required[i]),
-           "missing required property \"%s\"", n->required[i]);
+    const char *name = n->required[i];
+    mpart m[3] = { MPL("missing required property \""), { name, c->record == 1 ? strlen(name) : 0 },
+                   MPL("\"") };
+    report_p(c, n, KWL("required"), SCHEMA_MISSING_FIELD, NULL, NULL,
+             c->record == 2 ? NULL : n->req_text[i].s, n->req_text[i].l, m, 3);
     pop_path(c);
 }
 
@@ -3908,27 +4211,39 @@ NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
         if (!IS_ARRAY(inst))
             return 1;
         uint64_t cnt = json_count(inst);
-        if (k == K_MIN_ITEMS && cnt < n->min_items)
-            return report(c, n, "minItems", SCHEMA_TOO_FEW_ITEMS, NULL, num_text(c, (double)n->min_items),
-                          "array has %llu item(s), fewer than the minimum %llu",
-                          (unsigned long long)cnt, (unsigned long long)n->min_items);
-        if (k == K_MAX_ITEMS && cnt > n->max_items)
-            return report(c, n, "maxItems", SCHEMA_TOO_MANY_ITEMS, NULL, num_text(c, (double)n->max_items),
-                          "array has %llu items, more than the maximum %llu",
-                          (unsigned long long)cnt, (unsigned long long)n->max_items);
+        char a[24], b[24];
+        if (k == K_MIN_ITEMS && cnt < n->min_items) {
+            mpart m[4] = { MPL("array has "), { a, fmt_u(a, cnt) },
+                           MPL(" item(s), fewer than the minimum "), { b, fmt_u(b, n->min_items) } };
+            const mpart *e = &n->bound_text[k];
+            return report_p(c, n, KWL("minItems"), SCHEMA_TOO_FEW_ITEMS, NULL, NULL, e->s, e->l, m, 4);
+        }
+        if (k == K_MAX_ITEMS && cnt > n->max_items) {
+            mpart m[4] = { MPL("array has "), { a, fmt_u(a, cnt) },
+                           MPL(" items, more than the maximum "), { b, fmt_u(b, n->max_items) } };
+            const mpart *e = &n->bound_text[k];
+            return report_p(c, n, KWL("maxItems"), SCHEMA_TOO_MANY_ITEMS, NULL, NULL, e->s, e->l, m, 4);
+        }
         return 1;
     }
     if (!IS_OBJECT(inst))
         return 1;
     uint64_t cnt = json_count(inst);
-    if (k == K_MIN_PROPS && cnt < n->min_props)
-        return report(c, n, "minProperties", SCHEMA_TOO_FEW_PROPERTIES, NULL,
-                      num_text(c, (double)n->min_props), "object has %llu property(ies), fewer than the minimum %llu",
-                      (unsigned long long)cnt, (unsigned long long)n->min_props);
-    if (k == K_MAX_PROPS && cnt > n->max_props)
-        return report(c, n, "maxProperties", SCHEMA_TOO_MANY_PROPERTIES, NULL,
-                      num_text(c, (double)n->max_props), "object has %llu properties, more than the maximum %llu",
-                      (unsigned long long)cnt, (unsigned long long)n->max_props);
+    char a[24], b[24];
+    if (k == K_MIN_PROPS && cnt < n->min_props) {
+        mpart m[4] = { MPL("object has "), { a, fmt_u(a, cnt) },
+                       MPL(" property(ies), fewer than the minimum "), { b, fmt_u(b, n->min_props) } };
+        const mpart *e = &n->bound_text[k];
+        return report_p(c, n, KWL("minProperties"), SCHEMA_TOO_FEW_PROPERTIES, NULL, NULL, e->s, e->l,
+                        m, 4);
+    }
+    if (k == K_MAX_PROPS && cnt > n->max_props) {
+        mpart m[4] = { MPL("object has "), { a, fmt_u(a, cnt) },
+                       MPL(" properties, more than the maximum "), { b, fmt_u(b, n->max_props) } };
+        const mpart *e = &n->bound_text[k];
+        return report_p(c, n, KWL("maxProperties"), SCHEMA_TOO_MANY_PROPERTIES, NULL, NULL, e->s, e->l,
+                        m, 4);
+    }
     return 1;
 }
 
@@ -3937,13 +4252,15 @@ NOINLINE static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *in
     if (k == K_CONST) {
         if (json_equal(inst, n->const_val))
             return 1;
-        return report(c, n, "const", SCHEMA_CONST_MISMATCH, inst, n->const_text,
-                      "value must be %s", n->const_text);
+        mpart m[2] = { MPL("value must be "), { n->const_text, n->const_text_len } };
+        return report_p(c, n, KWL("const"), SCHEMA_CONST_MISMATCH, inst, NULL, n->const_text,
+                        n->const_text_len, m, 2);
     }
     if (enum_has(n, inst))
         return 1;
-    return report(c, n, "enum", SCHEMA_ENUM_MISMATCH, inst, n->enum_text,
-                  "value must be one of %s", n->enum_text);
+    mpart m[2] = { MPL("value must be one of "), { n->enum_text, n->enum_text_len } };
+    return report_p(c, n, KWL("enum"), SCHEMA_ENUM_MISMATCH, inst, NULL, n->enum_text,
+                    n->enum_text_len, m, 2);
 }
 
 static void drop_recs(vctx *c, size_t from)
@@ -4008,9 +4325,9 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
             break;
         }
         const char *code = c->recs[s].v.code;
-        if (strcmp(code, SCHEMA_WRONG_TYPE) != 0)
+        if (!code_is(code, SCHEMA_WRONG_TYPE))
             all_type = 0;
-        if (strcmp(code, SCHEMA_CONST_MISMATCH) != 0 && strcmp(code, SCHEMA_ENUM_MISMATCH) != 0)
+        if (!code_is(code, SCHEMA_CONST_MISMATCH) && !code_is(code, SCHEMA_ENUM_MISMATCH))
             all_const = 0;
     }
     char kwbuf[16];
@@ -4063,8 +4380,8 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         for (size_t j = s; j < e; j++) {
             const vrec *r = &c->recs[j];
             const char *code = r->v.code;
-            int disc = !strcmp(code, SCHEMA_CONST_MISMATCH) || !strcmp(code, SCHEMA_ENUM_MISMATCH);
-            if ((r->depth == depth0 && (disc || !strcmp(code, SCHEMA_WRONG_TYPE))) ||
+            int disc = code_is(code, SCHEMA_CONST_MISMATCH) || code_is(code, SCHEMA_ENUM_MISMATCH);
+            if ((r->depth == depth0 && (disc || code_is(code, SCHEMA_WRONG_TYPE))) ||
                 (r->depth == depth0 + 1 && disc))
                 dq = 1;
         }
@@ -4085,9 +4402,13 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
     if (nkeep)
         memcpy(keep, c->recs + bs, nkeep * sizeof *keep);
     drop_recs(c, base);
-    report(c, n, kwbuf, SCHEMA_NO_MATCH, NULL, NULL,
-           "value matches none of the %zu alternatives of %s; the closest is #%zu, whose errors follow",
-           nb, kw, best);
+    {
+        char a[24], b[24];
+        mpart m[7] = { MPL("value matches none of the "), { a, fmt_u(a, nb) },
+                       MPL(" alternatives of "), { kw, strlen(kw) }, MPL("; the closest is #"),
+                       { b, fmt_u(b, best) }, MPL(", whose errors follow") };
+        report_p(c, n, kwbuf, kwl, SCHEMA_NO_MATCH, NULL, NULL, NULL, 0, m, 7);
+    }
     for (size_t j = 0; j < nkeep; j++)
         push_rec(c, &keep[j]);
     return sketch ? (long)best : -1;
@@ -4237,7 +4558,8 @@ NOINLINE static int kw_not(vctx *c, const node *n, const cJSON *inst)
         return -1;
     if (!r)
         return 1;
-    return report(c, n, "not", SCHEMA_NO_MATCH, inst, NULL, "value must not match the schema in \"not\"");
+    return report_p(c, n, KWL("not"), SCHEMA_NO_MATCH, inst, NULL, NULL, 0,
+                    &MPL("value must not match the schema in \"not\""), 1);
 }
 
 NOINLINE static int kw_if(vctx *c, const node *n, const cJSON *inst, evset *ev)
@@ -4277,7 +4599,7 @@ NOINLINE static int kw_uneval(vctx *c, const node *n, int k, const cJSON *inst, 
                 continue;
             int r;
             if (n->uneval_props->boolean == B_FALSE) {
-                r = unexpected(c, n->uneval_props, m, "");
+                r = unexpected(c, n->uneval_props, m);
             } else {
                 push_key(c, m->string);
                 r = eval(c, n->uneval_props, m, NULL);
@@ -4400,7 +4722,8 @@ static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
     if (n->boolean) {
         if (n->boolean == B_TRUE)
             return 1;
-        return report(c, n, NULL, SCHEMA_INVALID_VALUE, inst, NULL, "no value is allowed here");
+        return report_p(c, n, NULL, 0, SCHEMA_INVALID_VALUE, inst, NULL, NULL, 0,
+                        &MPL("no value is allowed here"), 1);
     }
     if (n->leaf)
         return eval_leaf(c, n, inst);
@@ -4559,6 +4882,7 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->record = record;
     c->depth = 0;
     c->npath = 0;
+    c->prend = 0;
     c->nscope = 0;
     c->recs = c->recs_inl;
     c->nrec = c->dropped = 0;
@@ -4568,6 +4892,7 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->sleft = sizeof c->scratch_inl;
     c->chunks = NULL;
     c->str_inst = NULL;
+    c->rx_miss_re = NULL;
     c->rx_calls = 0;
     c->rx_start_ms = 0;
     c->limit_msg[0] = '\0';
