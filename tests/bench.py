@@ -60,6 +60,15 @@ ONLY = [s for s in os.environ.get("BENCH_ONLY", "").split(",") if s]
 RUN = uuid.uuid4().hex[:6]
 RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(REPO, "bench-results.json")
 PARTITIONS = 24
+# librdkafka's mock broker holds every fetch for the consumer's whole
+# fetch.wait.max.ms, even when messages arrive meanwhile; a real broker
+# answers as soon as there is data.  The throughput phases use
+# FETCH_WAIT_MS (5: fewer empty fetches, closer to a real broker's CPU);
+# the latency phases (the worker's and the relay floor's) use 1 ms, closer
+# to a real broker's latency: at 5 ms the wait alone put up to 5 ms into
+# every job's "added" latency.  The worker of the latency phase is then a
+# fresh process with that setting.
+LATENCY_FETCH_WAIT_MS = int(os.environ.get("BENCH_LATENCY_FETCH_WAIT_MS", "1"))
 
 
 def n(count):
@@ -114,7 +123,7 @@ def floors():
         m, rate = n(2400), 300
         lat_docs = [job_doc("relaylat-%s-%d" % (RUN, i), i) for i in range(m)]
         proc = subprocess.Popen([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
-                                 "--count", str(m + 1), "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                                 "--count", str(m + 1), "--fetch-wait-ms", str(LATENCY_FETCH_WAIT_MS)],
                                 stdout=subprocess.PIPE, text=True)
         warm = "relaylat-%s-warm" % RUN
         st.feed([job_doc(warm, 0)])
@@ -315,6 +324,13 @@ def latency_phase(st, sc, w, res):
     lat_hist = st.history(lat_ids)
     added, e2e, llm_ms, nominal_added = [], [], [], []
     by_attempts = {}
+    # Where a one-attempt job's added time goes, from its record's stamps
+    # (milliseconds, wall clock): "in" = submission to the claim's answer
+    # (the feeder, the broker, the fetch wait, the consumer queue and the
+    # Redis claim), "work" = the attempt minus its LLM time (request
+    # building, HTTP, validation), "out" = the record's Redis write and
+    # the outcome's produce call.
+    parts = {"in": [], "work": [], "out": []}
     for jid, (tp, ts, v) in lat_outs.items():
         created, recs = lat_hist.get(jid, (None, []))
         if jid not in sub or not recs:
@@ -326,6 +342,12 @@ def latency_phase(st, sc, w, res):
         added.append(total - llm)
         by_attempts.setdefault(len(recs), []).append(total - llm)
         nominal_added.append(total - sc.get("latency_ms", 0) * len(recs))
+        if len(recs) == 1 and recs[0].get("started_at") and recs[0].get("finished_at"):
+            t_start = parse_rfc3339_ms(recs[0]["started_at"])
+            t_end = parse_rfc3339_ms(recs[0]["finished_at"])
+            parts["in"].append(t_start - sub[jid])
+            parts["work"].append(t_end - t_start - llm)
+            parts["out"].append(ts - t_end)
     res["latency_phase"] = {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"],
                             "outcomes": len(lat_outs)}
     res["added_latency_p50_ms"] = round(percentile(added, 50) or 0, 1)
@@ -334,6 +356,9 @@ def latency_phase(st, sc, w, res):
         res["added_latency_by_attempts"] = {
             str(k): {"jobs": len(v), "p50_ms": round(percentile(v, 50), 1), "p99_ms": round(percentile(v, 99), 1)}
             for k, v in sorted(by_attempts.items())}
+    if parts["in"]:
+        res["added_latency_parts_ms"] = {
+            k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)} for k, v in parts.items()}
     res["e2e_latency_p50_ms"] = round(percentile(e2e, 50) or 0, 1)
     res["e2e_latency_p99_ms"] = round(percentile(e2e, 99) or 0, 1)
     res["llm_time_p50_ms"] = round(percentile(llm_ms, 50) or 0, 1)
@@ -369,6 +394,9 @@ def run_scenario(sc):
         rss_idle = proc_status_kb(w.pid, "VmRSS")
         res["rss_idle_mb"] = round(rss_idle / 1024, 1)
         res["allocator"] = proc_allocator(w.pid)
+
+        rc_first = rc_lat = None
+        log_names = [w.name]
 
         # ---- throughput phase: a backlog of jobs
         ids_list = ["%s-%s-%06d" % (name, RUN, i) for i in range(jobs)]
@@ -482,12 +510,30 @@ def run_scenario(sc):
             log("  %s: throughput phase over its %.0f s budget: %d/%d jobs done; no latency phase" %
                 (name, BUDGET_S, len(outs), jobs))
         elif not sc.get("no_latency_phase"):
-            latency_phase(st, sc, w, res)
+            if LATENCY_FETCH_WAIT_MS != FETCH_WAIT_MS:
+                # A worker of its own for the latency phase (see
+                # LATENCY_FETCH_WAIT_MS); the throughput worker leaves
+                # first, so the new one gets every partition.
+                rc_first = st.stop_worker(w, timeout=60)
+                st.workers.remove(w)      # stopped on purpose: wait_done must not take it for dead
+                lw = st.start_worker(*(sc["args"] + ["--set", "kafka.consumer.fetch.wait.max.ms=%d" %
+                                                     LATENCY_FETCH_WAIT_MS]), name="w-%s-lat" % name)
+                warm = [job_doc("warmlat-%s-%s-%d" % (name, RUN, i), i) for i in range(3)]
+                st.feed(warm)
+                if wait_done(st, {d["job_id"] for d in warm}, 60, "latency warm-up", lw.pid) is None:
+                    raise ScenarioFailed("latency worker: warm-up jobs got no outcome in 60 s")
+                latency_phase(st, sc, lw, res)
+                rc_lat = st.stop_worker(lw, timeout=60)
+                log_names = [w.name, lw.name]
+            else:
+                latency_phase(st, sc, w, res)
 
         # ---- stop and look at the log
         rc = st.stop_worker(w, timeout=60)
+        if rc_first is not None:
+            rc = rc_first or rc_lat
         res["worker_exit"] = rc
-        text = st.worker_log(w.name)
+        text = "".join(st.worker_log(n) for n in log_names)
         res["log_warnings"] = text.count('"level":"warn"')
         res["log_errors"] = text.count('"level":"error"')
         for line in text.splitlines():
@@ -504,6 +550,9 @@ def run_scenario(sc):
          res.get("added_latency_p99_ms", 0), res.get("rss_peak_mb", 0), res.get("rss_idle_mb", 0),
          res.get("inflight_peak", 0), res.get("finals", 0), res.get("escalations", 0),
          res.get("missing", 0), res.get("duplicates", 0)))
+    if res.get("added_latency_parts_ms"):
+        log("  %s: added latency by part, p50/p99 ms: %s" % (name, ", ".join(
+            "%s %.1f/%.1f" % (k, v["p50"], v["p99"]) for k, v in res["added_latency_parts_ms"].items())))
     if res.get("steady_jobs_per_s"):
         log("  %s: steady %.0f jobs/s (pipeline full); outcomes per second: %s" %
             (name, res["steady_jobs_per_s"], " ".join(str(x) for x in res.get("outcomes_per_s_by_second", []))))
@@ -528,6 +577,9 @@ def report(results):
         log("worker allocator: %s (the floor clients are linked like the worker by `make`)" % ", ".join(allocs))
     log("redis: AOF with appendfsync %s (every job waits for two Redis writes; "
         "STACK_REDIS_APPENDFSYNC=everysec to compare)" % results["env"].get("redis_appendfsync", "always"))
+    fw = results["env"].get("fetch_wait_max_ms", {})
+    log("consumers: fetch.wait.max.ms %s in the throughput phases, %s in the latency phases "
+        "(the mock broker holds every fetch that long)" % (fw.get("throughput"), fw.get("latency")))
     cols = [("jobs/s", "jobs_per_s", "%8.0f"), ("us CPU/job", "cpu_us_per_job", "%10.0f"),
             ("add p50 ms", "added_latency_p50_ms", "%10.1f"), ("add p99 ms", "added_latency_p99_ms", "%10.1f"),
             ("RSS MB", "rss_peak_mb", "%7.1f"), ("KB/inflight", "rss_per_inflight_kb", "%11.1f"),
@@ -666,7 +718,8 @@ def main():
         "run": RUN, "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpus": os.cpu_count(),
         "partitions": PARTITIONS, "quick": QUICK, "scale_jobs": SCALE_JOBS,
         "worker_binary": os.environ.get("BENCH_WORKER") or os.path.join(BUILD, "retort"),
-        "redis_appendfsync": os.environ.get("STACK_REDIS_APPENDFSYNC", "always")}}
+        "redis_appendfsync": os.environ.get("STACK_REDIS_APPENDFSYNC", "always"),
+        "fetch_wait_max_ms": {"throughput": FETCH_WAIT_MS, "latency": LATENCY_FETCH_WAIT_MS}}}
     results["env"]["busy_before_pct"] = round(busy, 1)
     try:   # read-only: which tree was measured
         results["env"]["git_head"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
