@@ -73,6 +73,7 @@ static const cfg_def cfg_defs[] = {
     S("worker.id", "", "worker id in logs and Redis (default: host-pid)"),
     I("worker.processes", "1", 1, 256, "worker processes forked by the supervisor"),
     I("worker.drain_timeout_ms", "30000", 0, 3600000, "on SIGTERM, how long in-flight jobs may take"),
+    I("worker.close_timeout_ms", "30000", 1000, 3600000, "after the drain, how long closing the Kafka clients (final commit, group leave, producer flush) may take before the process exits anyway"),
     I("worker.max_jobs", "0", 0, 200000, "jobs held per worker process: LLM calls and the Redis, validation and producing around them (0: llm.max_inflight plus a quarter; never fewer than llm.max_inflight)"),
     I("metrics.port", "0", 0, 65535, "port of /metrics, /healthz and /readyz (0: off); worker N of --processes uses port + N"),
     S("metrics.host", "0.0.0.0", "address the metrics server listens on"),

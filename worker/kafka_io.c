@@ -40,6 +40,12 @@ struct kafka_io {
     uint64_t last_poll_ms;
     uint64_t keepalive_ms;
     int hold_paused;            /* partitions paused by the keepalive */
+    /* The group's rebalance protocol, as learnt at the last assignment:
+     * while the consumer closes, asking librdkafka (an op request to the
+     * group thread, like rd_kafka_assignment()) from the revoke callback
+     * can block for good (librdkafka #4041), or return NULL. */
+    int cooperative;
+    int closing;
 };
 
 static void drop_held(kafka_io *k, const rd_kafka_topic_partition_list_t *parts);
@@ -118,7 +124,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
     kafka_io *k = opaque;
     k->brokers_down = 0;
-    int cooperative = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    if (!k->closing) {
+        const char *proto = rd_kafka_rebalance_protocol(rk);
+        if (proto) k->cooperative = !strcmp(proto, "COOPERATIVE");
+    }
+    int cooperative = k->cooperative;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         log_info(NULL, 0, "assigned %d partition(s)", parts->cnt);
         if (cooperative) rd_kafka_incremental_assign(rk, parts);
@@ -134,7 +144,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
     if (k->assignment) rd_kafka_topic_partition_list_destroy(k->assignment);
     k->assignment = NULL;
-    rd_kafka_assignment(rk, &k->assignment);
+    if (!k->closing) rd_kafka_assignment(rk, &k->assignment);
 }
 
 static void drain_pipe(int fd) {
@@ -406,6 +416,7 @@ void kafka_io_free(kafka_io *k, int timeout_ms) {
         drop_held(k, NULL);
         /* Close commits the stored offsets and leaves the group; it serves
          * the rebalance callback itself. */
+        k->closing = 1;
         rd_kafka_consumer_close(k->consumer);
     }
     if (k->producer) {

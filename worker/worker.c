@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1018,6 +1019,41 @@ static void on_redis_conn(void *ud, int connected) {
 
 /* ---- start and stop ----------------------------------------------------- */
 
+/* Closing the Kafka clients blocks in librdkafka (the final commit, the
+ * group leave, the producer flush), with no way to interrupt it; a broker
+ * that never answers, or a librdkafka hang, must not keep a stopped worker
+ * alive.  Past the deadline the process exits: offsets not committed are
+ * delivered again and Redis answers those jobs without an LLM call. */
+typedef struct close_watchdog {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    uint64_t timeout_ms;
+} close_watchdog;
+
+static void *close_watchdog_run(void *arg) {
+    close_watchdog *cw = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(cw->timeout_ms / 1000);
+    until.tv_nsec += (long)(cw->timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&cw->mu);
+    int rc = 0;
+    while (!cw->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&cw->cv, &cw->mu, &until);
+    int done = cw->done;
+    pthread_mutex_unlock(&cw->mu);
+    if (!done) {
+        log_error(NULL, 0, "closing the Kafka clients took over %llu ms; exiting without them",
+                  (unsigned long long)cw->timeout_ms);
+        _exit(1);
+    }
+    return NULL;
+}
+
 static void loop_close_walk(uv_handle_t *h, void *arg) {
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
@@ -1348,9 +1384,20 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
      * offsets (only those with nothing pending below them) and leaves the
      * group, then flush the producer. */
     rc = 0;
-out:
+out:;
+    close_watchdog cw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+                         (uint64_t)config_get_int(cfg, "worker.close_timeout_ms")};
+    pthread_t cw_thread;
+    int cw_started = w->kio && pthread_create(&cw_thread, NULL, close_watchdog_run, &cw) == 0;
     if (w->kio) kafka_io_free(w->kio, 10000);
     w->kio = NULL;
+    if (cw_started) {
+        pthread_mutex_lock(&cw.mu);
+        cw.done = 1;
+        pthread_cond_signal(&cw.cv);
+        pthread_mutex_unlock(&cw.mu);
+        pthread_join(cw_thread, NULL);
+    }
     state_free(w->st);
     webhook_free(w->hook);
     http_server_free(w->http);

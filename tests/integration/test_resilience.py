@@ -271,3 +271,25 @@ def test_llm_server_closing_idle_connections(stack):
     calls = stack.llm_stats()["calls"]
     assert all(calls.get(j + ":1") == 1 for j in first + second), [(j, calls.get(j + ":1")) for j in second]
     assert w.poll() is None
+
+
+def test_close_is_bounded_when_the_broker_stops_answering(stack):
+    """SIGTERM while the broker is frozen: closing the consumer (final
+    commit, group leave) would wait for socket.timeout.ms (60 s) or, on a
+    librdkafka hang, for ever; worker.close_timeout_ms bounds it and the
+    worker says so.  The jobs were done, so nothing is lost: their offsets
+    are delivered again and Redis answers them."""
+    w = stack.start_worker("--set", "worker.close_timeout_ms=3000")
+    ids = ["close-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(5)]
+    stack.produce_jobs([job(j) for j in ids])
+    stack.wait_outcomes(ids, timeout=60)
+    stack.kafka.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        rc = stack.stop_worker(w, signal.SIGTERM, timeout=40)
+        took = time.time() - t0
+    finally:
+        stack.kafka.send_signal(signal.SIGCONT)
+    assert rc == 1, rc
+    assert 2.5 <= took < 15, took
+    assert "closing the Kafka clients took over 3000 ms" in stack.worker_log(w.name)
