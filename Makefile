@@ -134,7 +134,7 @@ bench-schema: $(BUILD)/bench-schema bench-npm
 # libFuzzer over parse + compile + validate, for a bounded time.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_SRC := tests/fuzz_schema.c $(filter common/schema%.c,$(COMMON_SRC))
+FUZZ_SRC := tests/fuzz_schema.c $(filter common/schema%.c,$(COMMON_SRC)) common/util.c
 $(BUILD)/fuzz-schema: $(FUZZ_SRC) $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(call pc,$(COMMON_PKGS)) -lm -lpthread
