@@ -157,6 +157,24 @@ def floors():
             log("  flow control %-6s (64 in flight, 200 ms hold): %6.1f jobs/s (ideal 320), %d pauses" %
                 (flow, f["jobs_per_s"], f["pauses"]))
 
+        # Kafka's cost per message at the rate a worker runs, rather than
+        # at the relay's full speed: librdkafka's fetches, wake-ups and
+        # produce batches amortise over fewer messages at lower rates.  The
+        # relay holds each message 16 ms with at most 64 in flight (the
+        # worker's default shape at about 4,000 jobs/s, a_instant's rate
+        # here), from a backlog, as the worker consumes in a_instant.
+        cnt = n(20000)
+        st.feed([job_doc("shape-%s-%d" % (RUN, i), i) for i in range(cnt)])
+        r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap, "--count", str(cnt),
+                            "--group", "bench-shape", "--max-inflight", "64", "--hold-ms", "16",
+                            "--flow", "nopoll", "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                           capture_output=True, text=True, timeout=600)
+        f = json.loads(r.stdout)
+        out["relay_64x16ms_jobs_per_s"] = f["jobs_per_s"]
+        out["relay_64x16ms_cpu_us_per_msg"] = f["cpu_us_per_msg"]
+        log("  relay at a worker's pace (64 in flight, 16 ms hold): %6.0f msgs/s, %5.1f us CPU/msg" %
+            (f["jobs_per_s"], f["cpu_us_per_msg"]))
+
         bodies = os.path.join(st.dir, "bodies.txt")
         bodies_2s = os.path.join(st.dir, "bodies-2s.txt")
         with open(bodies, "w") as f:
@@ -567,9 +585,12 @@ def report(results):
     log("")
     log("== results (%s; 2 cores shared by the worker, redis, the mock broker, the mock LLM and the bench)" %
         time.strftime("%Y-%m-%d %H:%M"))
-    log("floors: relay %.0f jobs/s (%.1f us CPU/msg, latency p50 %s ms p99 %s ms); "
+    log("floors: relay %.0f jobs/s (%.1f us CPU/msg; %.1f us at a worker's pace of %.0f msgs/s; "
+        "latency p50 %s ms p99 %s ms); "
         "curl %.1f us CPU/req at c=64, %.1f us at c=1000, %.1f us at c=10000 / 2 s" %
-        (fl.get("relay_jobs_per_s", 0), fl.get("relay_cpu_us_per_msg", 0), fl.get("relay_latency_p50_ms"),
+        (fl.get("relay_jobs_per_s", 0), fl.get("relay_cpu_us_per_msg", 0),
+         fl.get("relay_64x16ms_cpu_us_per_msg", 0), fl.get("relay_64x16ms_jobs_per_s", 0),
+         fl.get("relay_latency_p50_ms"),
          fl.get("relay_latency_p99_ms"), fl.get("curl_cpu_us_per_req", 0), fl.get("curl_c1000_cpu_us_per_req", 0),
          fl.get("curl_2s_c10000_cpu_us_per_req", 0)))
     allocs = sorted({r["allocator"] for r in sc.values() if r.get("allocator")})
@@ -611,6 +632,13 @@ def report(results):
             extra += "; added p50 %.0f ms = relay floor %.0f ms + %.0f ms" % (
                 r["added_latency_p50_ms"], rl, r["added_latency_p50_ms"] - rl)
         log("  %-12s %s" % (name, extra))
+        kafka, curl = results["floors"].get("relay_64x16ms_cpu_us_per_msg"), results["floors"].get("curl_cpu_us_per_req")
+        if name == "a_instant" and kafka and curl and r.get("cpu_us_per_job"):
+            # What the worker spends beyond its two floors: one HTTP call,
+            # and Kafka in and out at a worker's pace.
+            log("  %-12s CPU per job %.0f us = curl floor %.0f + Kafka at a worker's pace %.0f + the rest %.0f "
+                "(Redis, JSON, validation, events, logs)" % (name, r["cpu_us_per_job"], curl, kafka,
+                                                           r["cpu_us_per_job"] - curl - kafka))
     t = results["targets"]
     log("")
     for k, v in t.items():
