@@ -2782,6 +2782,20 @@ static size_t path_into(const vctx *c, char *buf, size_t cap)
     return o;
 }
 
+/* Decimal digits of u into buf (24 bytes, no NUL); returns their count. */
+static size_t fmt_u(char *buf, unsigned long long u)
+{
+    char digits[24];
+    size_t nd = 0;
+    do {
+        digits[nd++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    for (size_t i = 0; i < nd; i++)
+        buf[i] = digits[nd - 1 - i];
+    return nd;
+}
+
 /* The instance path as text in c->pbuf, rendering only the levels pushed
  * since the last call: sibling violations (/items/1/sku, /items/1/price)
  * share the text of their parents.  Returns its length, or (size_t)-1
@@ -2818,15 +2832,11 @@ static size_t path_render(vctx *c)
             }
         } else {
             char digits[24];
-            size_t nd = 0, v = s->idx;
-            do {
-                digits[nd++] = (char)('0' + v % 10);
-                v /= 10;
-            } while (v);
+            size_t nd = fmt_u(digits, s->idx);
             if (o + nd >= cap)
                 goto too_long;
-            while (nd)
-                c->pbuf[o++] = digits[--nd];
+            memcpy(c->pbuf + o, digits, nd);
+            o += nd;
         }
         s->end = o;
     }
@@ -2969,20 +2979,6 @@ static inline size_t mput(char *buf, size_t cap, size_t o, const char *p, size_t
     if (o < cap)
         memcpy(buf + o, p, o + l < cap ? l : cap - o);
     return o + l;
-}
-
-/* Decimal digits of u into buf (24 bytes, no NUL); returns their count. */
-static size_t fmt_u(char *buf, unsigned long long u)
-{
-    char digits[24];
-    size_t nd = 0;
-    do {
-        digits[nd++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    for (size_t i = 0; i < nd; i++)
-        buf[i] = digits[nd - 1 - i];
-    return nd;
 }
 
 /* vsnprintf for the conversions the messages use (%s %d %zu %llu %lld
