@@ -334,7 +334,15 @@ def latency_phase(st, sc, w, res):
     lat_ids_list = ["%s-lat-%s-%06d" % (name, RUN, i) for i in range(m)]
     lat_docs = [job_doc(jid, i, directive_for(sc, i)) for i, jid in enumerate(lat_ids_list)]
     lat_ids = set(lat_ids_list)
-    log("  %s: latency phase, %d jobs at %.0f jobs/s" % (name, m, rate))
+    # A second and a half of the same pace first, not measured: the
+    # latency worker may be a fresh process (cold connections, an empty
+    # consumer queue), and a cold start's first few hundred jobs would
+    # otherwise make the p99.
+    warm_n = max(20, int(rate * 1.5))
+    warm_docs = [job_doc("%s-latwarm-%s-%06d" % (name, RUN, i), i, directive_for(sc, i)) for i in range(warm_n)]
+    st.feed(warm_docs, rate=rate)
+    wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30), name + " latency warm-up", w.pid)
+    log("  %s: latency phase, %d jobs at %.0f jobs/s (after %d unmeasured)" % (name, m, rate, warm_n))
     feed = st.feed(lat_docs, rate=rate)
     wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
     lat_outs = outcome_table(st, lat_ids)
