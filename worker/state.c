@@ -222,7 +222,18 @@ static void complete(state_op *op, const redisReply *r) {
             rep.history = history;
         }
     }
-    op->cb(op->ud, &rep);
+    if (op->cb) {
+        op->cb(op->ud, &rep);
+    } else if (rep.verdict == STATE_ERROR) {
+        /* No one waits for this op (state_published without a callback):
+         * its error is logged here, with the job id from its key. */
+        const char *key = op->args.data + op->offs[0], *end = key + op->lens[0];
+        const char *open = memchr(key, '{', op->lens[0]);
+        const char *close = open ? memchr(open, '}', (size_t)(end - open)) : NULL;
+        char id[256];
+        snprintf(id, sizeof(id), "%.*s", close ? (int)(close - open - 1) : 0, close ? open + 1 : "");
+        log_warn(id[0] ? id : NULL, 0, "recording a delivered outcome failed: %s", rep.error);
+    }
     cJSON_Delete(history);
 }
 

@@ -83,7 +83,10 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
 int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
                state_cb cb, void *ud);
 
-/* Notes that the outcome event of attempt was delivered. */
+/* Notes that the outcome event of attempt was delivered.  cb may be NULL:
+ * then no one waits for it, and an error is logged here.  An op still
+ * queued when the state is freed is dropped (a missing mark only makes a
+ * redelivered message produce its outcome again, with the same event id). */
 int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud);
 
 #endif

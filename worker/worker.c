@@ -328,13 +328,6 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
     events_headers_init(&j->hdr, type, j->job.job_id, attempt, j->w->source, util_wall_ms());
 }
 
-static void on_published(void *ud, const state_reply *r) {
-    wjob *j = ud;
-    if (r->verdict == STATE_ERROR)
-        log_warn(j->job.job_id, j->ev_attempt, "recording publication: %s", r->error);
-    job_done(j);
-}
-
 static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     wjob *j = opaque;
     worker *w = ud;
@@ -366,8 +359,16 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
         break;
     default: break;
     }
+    /* The delivery is noted in Redis (so that a redelivered message does
+     * not produce the outcome again) without waiting for it: the job's
+     * slot is free one Redis round trip sooner.  Its offset may then be
+     * committed before the mark is written; a crash in between leaves only
+     * a missing mark, which a later redelivery of the same attempt turns
+     * into the same event again (same ce_id), as before. */
     j->stage = STAGE_PUBLISHED;
-    if (state_published(w->st, j->job.job_id, j->ev_attempt, on_published, j)) job_done(j);
+    if (state_published(w->st, j->job.job_id, j->ev_attempt, NULL, NULL))
+        log_warn(j->job.job_id, j->ev_attempt, "out of memory recording the delivered outcome");
+    job_done(j);
 }
 
 /* ---- outcome events from Redis history (also used on redelivery) --------- */

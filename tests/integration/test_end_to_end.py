@@ -243,6 +243,26 @@ def test_duplicate_message_is_not_processed_twice(stack):
     assert stack.stop_worker(w) == 0
 
 
+def test_delivered_outcomes_are_marked_in_redis(stack):
+    """The worker frees a job once its outcome is delivered and notes the
+    delivery in Redis without waiting: the mark still lands, for the retry
+    job of attempt 1 and for the final event of attempt 2."""
+    w = stack.start_worker()
+    ids = [uid("mark") for _ in range(10)]
+    stack.produce_jobs([job(j, directive="defect=wrong_type until=1") for j in ids])
+    stack.wait_outcomes(ids)
+    r = stack.redis_client()
+    deadline = time.time() + 5
+    while True:
+        marks = {j: r.hget("retort:job:{%s}" % j, "published") for j in ids}
+        if all(m == "2" for m in marks.values()) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert all(m == "2" for m in marks.values()), marks
+    assert "recording a delivered outcome failed" not in stack.worker_log(w.name)
+    assert stack.stop_worker(w) == 0
+
+
 def test_two_processes_share_a_batch(stack, envelopes):
     sup = stack.start_worker("--processes", "2")
     ids = [uid("pool") for _ in range(200)]
