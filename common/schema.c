@@ -3366,6 +3366,17 @@ static int report_bound(vctx *c, const node *n, int k, const char *kw, size_t lk
     return report_p(c, n, kw, lk, code, inst, &x, b->s, b->l, m, 4);
 }
 
+/* "<head>COUNT<mid>BOUND" for a length or count out of the bound of
+ * keyword k (its `expected` text made at compile time). */
+static int report_count(vctx *c, const node *n, int k, const char *kw, size_t lk, const char *code,
+                        const cJSON *inst, mpart head, uint64_t cnt, mpart mid, uint64_t bound)
+{
+    char a[24], b[24];
+    mpart m[4] = { head, { a, fmt_u(a, cnt) }, mid, { b, fmt_u(b, bound) } };
+    const mpart *e = &n->bound_text[k];
+    return report_p(c, n, kw, lk, code, inst, NULL, e->s, e->l, m, 4);
+}
+
 NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
 {
     if (!IS_NUMBER(inst))
@@ -3412,27 +3423,17 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return bad_utf8(c, n, "minLength");
         if ((uint64_t)cps >= n->min_length)
             return 1;
-        {
-            char a[24], b[24];
-            mpart m[5] = { MPL("string has "), { a, fmt_u(a, (unsigned long long)cps) },
-                           cps == 1 ? MPL(" character") : MPL(" characters"),
-                           MPL(", fewer than the minimum length "), { b, fmt_u(b, n->min_length) } };
-            const mpart *e = &n->bound_text[K_MIN_LENGTH];
-            return report_p(c, n, KWL("minLength"), SCHEMA_TOO_SHORT, inst, NULL, e->s, e->l, m, 5);
-        }
+        return report_count(c, n, k, KWL("minLength"), SCHEMA_TOO_SHORT, inst, MPL("string has "),
+                            (uint64_t)cps, cps == 1 ? MPL(" character, fewer than the minimum length ")
+                                                    : MPL(" characters, fewer than the minimum length "),
+                            n->min_length);
     case K_MAX_LENGTH:
         if (!string_info(c, inst, &len, &cps))
             return bad_utf8(c, n, "maxLength");
         if ((uint64_t)cps <= n->max_length)
             return 1;
-        {
-            char a[24], b[24];
-            mpart m[4] = { MPL("string has "), { a, fmt_u(a, (unsigned long long)cps) },
-                           MPL(" characters, more than the maximum length "),
-                           { b, fmt_u(b, n->max_length) } };
-            const mpart *e = &n->bound_text[K_MAX_LENGTH];
-            return report_p(c, n, KWL("maxLength"), SCHEMA_TOO_LONG, inst, NULL, e->s, e->l, m, 4);
-        }
+        return report_count(c, n, k, KWL("maxLength"), SCHEMA_TOO_LONG, inst, MPL("string has "),
+                            (uint64_t)cps, MPL(" characters, more than the maximum length "), n->max_length);
     case K_PATTERN: {
         if (!string_info(c, inst, &len, &cps))
             return bad_utf8(c, n, "pattern");
@@ -4207,39 +4208,23 @@ NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
         if (!IS_ARRAY(inst))
             return 1;
         uint64_t cnt = json_count(inst);
-        char a[24], b[24];
-        if (k == K_MIN_ITEMS && cnt < n->min_items) {
-            mpart m[4] = { MPL("array has "), { a, fmt_u(a, cnt) },
-                           MPL(" item(s), fewer than the minimum "), { b, fmt_u(b, n->min_items) } };
-            const mpart *e = &n->bound_text[k];
-            return report_p(c, n, KWL("minItems"), SCHEMA_TOO_FEW_ITEMS, NULL, NULL, e->s, e->l, m, 4);
-        }
-        if (k == K_MAX_ITEMS && cnt > n->max_items) {
-            mpart m[4] = { MPL("array has "), { a, fmt_u(a, cnt) },
-                           MPL(" items, more than the maximum "), { b, fmt_u(b, n->max_items) } };
-            const mpart *e = &n->bound_text[k];
-            return report_p(c, n, KWL("maxItems"), SCHEMA_TOO_MANY_ITEMS, NULL, NULL, e->s, e->l, m, 4);
-        }
+        if (k == K_MIN_ITEMS && cnt < n->min_items)
+            return report_count(c, n, k, KWL("minItems"), SCHEMA_TOO_FEW_ITEMS, NULL, MPL("array has "), cnt,
+                                MPL(" item(s), fewer than the minimum "), n->min_items);
+        if (k == K_MAX_ITEMS && cnt > n->max_items)
+            return report_count(c, n, k, KWL("maxItems"), SCHEMA_TOO_MANY_ITEMS, NULL, MPL("array has "), cnt,
+                                MPL(" items, more than the maximum "), n->max_items);
         return 1;
     }
     if (!IS_OBJECT(inst))
         return 1;
     uint64_t cnt = json_count(inst);
-    char a[24], b[24];
-    if (k == K_MIN_PROPS && cnt < n->min_props) {
-        mpart m[4] = { MPL("object has "), { a, fmt_u(a, cnt) },
-                       MPL(" property(ies), fewer than the minimum "), { b, fmt_u(b, n->min_props) } };
-        const mpart *e = &n->bound_text[k];
-        return report_p(c, n, KWL("minProperties"), SCHEMA_TOO_FEW_PROPERTIES, NULL, NULL, e->s, e->l,
-                        m, 4);
-    }
-    if (k == K_MAX_PROPS && cnt > n->max_props) {
-        mpart m[4] = { MPL("object has "), { a, fmt_u(a, cnt) },
-                       MPL(" properties, more than the maximum "), { b, fmt_u(b, n->max_props) } };
-        const mpart *e = &n->bound_text[k];
-        return report_p(c, n, KWL("maxProperties"), SCHEMA_TOO_MANY_PROPERTIES, NULL, NULL, e->s, e->l,
-                        m, 4);
-    }
+    if (k == K_MIN_PROPS && cnt < n->min_props)
+        return report_count(c, n, k, KWL("minProperties"), SCHEMA_TOO_FEW_PROPERTIES, NULL, MPL("object has "),
+                            cnt, MPL(" property(ies), fewer than the minimum "), n->min_props);
+    if (k == K_MAX_PROPS && cnt > n->max_props)
+        return report_count(c, n, k, KWL("maxProperties"), SCHEMA_TOO_MANY_PROPERTIES, NULL, MPL("object has "),
+                            cnt, MPL(" properties, more than the maximum "), n->max_props);
     return 1;
 }
 
