@@ -128,6 +128,7 @@ typedef struct state_op {
     size_t lens[OP_MAX_ARGS];
     state_cb cb;
     void *ud;
+    size_t id_off, id_len;     /* the job id inside the first key */
     int sent;                  /* on the wire now */
     struct state_op *next;     /* queue while disconnected */
 } state_op;
@@ -227,12 +228,9 @@ static void complete(state_op *op, const redisReply *r) {
     } else if (rep.verdict == STATE_ERROR) {
         /* No one waits for this op (state_published without a callback):
          * its error is logged here, with the job id from its key. */
-        const char *key = op->args.data + op->offs[0], *end = key + op->lens[0];
-        const char *open = memchr(key, '{', op->lens[0]);
-        const char *close = open ? memchr(open, '}', (size_t)(end - open)) : NULL;
         char id[256];
-        snprintf(id, sizeof(id), "%.*s", close ? (int)(close - open - 1) : 0, close ? open + 1 : "");
-        log_warn(id[0] ? id : NULL, 0, "recording a delivered outcome failed: %s", rep.error);
+        snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
+        log_warn(id, 0, "recording a delivered outcome failed: %s", rep.error);
     }
     cJSON_Delete(history);
 }
@@ -548,6 +546,8 @@ static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, 
     op->script = script;
     op->cb = cb;
     op->ud = ud;
+    op->id_off = strlen(st->prefix) + strlen(":job:{");
+    op->id_len = strlen(job_id);
     if (op_addf(op, "%s:job:{%s}", st->prefix, job_id) ||
         op_addf(op, "%s:job:{%s}:history", st->prefix, job_id)) {
         op_free(op);
