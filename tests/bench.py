@@ -145,14 +145,18 @@ def floors():
         # each held 200 ms (a stand-in LLM call); at the cap either pause
         # all partitions and resume at 48 (what worker/kafka_io.c does) or
         # simply stop polling.  Ideal: 64 / 0.2 s = 320 jobs/s.
-        for flow in ("pause", "nopoll"):
-            cnt = n(1000)
-            st.feed([job_doc("flow-%s-%s-%d" % (flow, RUN, i), i) for i in range(cnt)])
+        def relay_held(tag, cnt, hold_ms, flow):
+            """The relay from a backlog of cnt messages, at most 64 in flight,
+            each held hold_ms (a stand-in for the rest of a job)."""
+            st.feed([job_doc("%s-%s-%d" % (tag, RUN, i), i) for i in range(cnt)])
             r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap, "--count", str(cnt),
-                                "--group", "bench-flow-" + flow, "--max-inflight", "64", "--hold-ms", "200",
+                                "--group", "bench-" + tag, "--max-inflight", "64", "--hold-ms", str(hold_ms),
                                 "--flow", flow, "--fetch-wait-ms", str(FETCH_WAIT_MS)],
                                capture_output=True, text=True, timeout=600)
-            f = json.loads(r.stdout)
+            return json.loads(r.stdout)
+
+        for flow in ("pause", "nopoll"):
+            f = relay_held("flow-" + flow, n(1000), 200, flow)
             out["flow_%s_64x200ms_jobs_per_s" % flow] = f["jobs_per_s"]
             log("  flow control %-6s (64 in flight, 200 ms hold): %6.1f jobs/s (ideal 320), %d pauses" %
                 (flow, f["jobs_per_s"], f["pauses"]))
@@ -163,13 +167,7 @@ def floors():
         # relay holds each message 16 ms with at most 64 in flight (the
         # worker's default shape at about 4,000 jobs/s, a_instant's rate
         # here), from a backlog, as the worker consumes in a_instant.
-        cnt = n(20000)
-        st.feed([job_doc("shape-%s-%d" % (RUN, i), i) for i in range(cnt)])
-        r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap, "--count", str(cnt),
-                            "--group", "bench-shape", "--max-inflight", "64", "--hold-ms", "16",
-                            "--flow", "nopoll", "--fetch-wait-ms", str(FETCH_WAIT_MS)],
-                           capture_output=True, text=True, timeout=600)
-        f = json.loads(r.stdout)
+        f = relay_held("shape", n(20000), 16, "nopoll")
         out["relay_64x16ms_jobs_per_s"] = f["jobs_per_s"]
         out["relay_64x16ms_cpu_us_per_msg"] = f["cpu_us_per_msg"]
         log("  relay at a worker's pace (64 in flight, 16 ms hold): %6.0f msgs/s, %5.1f us CPU/msg" %
@@ -341,7 +339,9 @@ def latency_phase(st, sc, w, res):
     warm_n = max(20, int(rate * 1.5))
     warm_docs = [job_doc("%s-latwarm-%s-%06d" % (name, RUN, i), i, directive_for(sc, i)) for i in range(warm_n)]
     st.feed(warm_docs, rate=rate)
-    wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30), name + " latency warm-up", w.pid)
+    if wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30),
+                 name + " latency warm-up", w.pid) is None:
+        raise ScenarioFailed("latency warm-up: %d jobs got no outcome" % warm_n)
     log("  %s: latency phase, %d jobs at %.0f jobs/s (after %d unmeasured)" % (name, m, rate, warm_n))
     feed = st.feed(lat_docs, rate=rate)
     wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
@@ -421,8 +421,7 @@ def run_scenario(sc):
         res["rss_idle_mb"] = round(rss_idle / 1024, 1)
         res["allocator"] = proc_allocator(w.pid)
 
-        rc_first = rc_lat = None
-        log_names = [w.name]
+        used = [w]   # the worker processes of this scenario, in order
 
         # ---- throughput phase: a backlog of jobs
         ids_list = ["%s-%s-%06d" % (name, RUN, i) for i in range(jobs)]
@@ -540,26 +539,16 @@ def run_scenario(sc):
                 # A worker of its own for the latency phase (see
                 # LATENCY_FETCH_WAIT_MS); the throughput worker leaves
                 # first, so the new one gets every partition.
-                rc_first = st.stop_worker(w, timeout=60)
+                st.stop_worker(w, timeout=60)
                 st.workers.remove(w)      # stopped on purpose: wait_done must not take it for dead
-                lw = st.start_worker(*(sc["args"] + ["--set", "kafka.consumer.fetch.wait.max.ms=%d" %
-                                                     LATENCY_FETCH_WAIT_MS]), name="w-%s-lat" % name)
-                warm = [job_doc("warmlat-%s-%s-%d" % (name, RUN, i), i) for i in range(3)]
-                st.feed(warm)
-                if wait_done(st, {d["job_id"] for d in warm}, 60, "latency warm-up", lw.pid) is None:
-                    raise ScenarioFailed("latency worker: warm-up jobs got no outcome in 60 s")
-                latency_phase(st, sc, lw, res)
-                rc_lat = st.stop_worker(lw, timeout=60)
-                log_names = [w.name, lw.name]
-            else:
-                latency_phase(st, sc, w, res)
+                used.append(st.start_worker(*(sc["args"] + ["--set", "kafka.consumer.fetch.wait.max.ms=%d" %
+                                                            LATENCY_FETCH_WAIT_MS]), name="w-%s-lat" % name))
+            latency_phase(st, sc, used[-1], res)
 
-        # ---- stop and look at the log
-        rc = st.stop_worker(w, timeout=60)
-        if rc_first is not None:
-            rc = rc_first or rc_lat
-        res["worker_exit"] = rc
-        text = "".join(st.worker_log(n) for n in log_names)
+        # ---- stop and look at the logs
+        rcs = [st.stop_worker(p, timeout=60) for p in used]
+        res["worker_exit"] = next((rc for rc in rcs if rc), 0)
+        text = "".join(st.worker_log(p.name) for p in used)
         res["log_warnings"] = text.count('"level":"warn"')
         res["log_errors"] = text.count('"level":"error"')
         for line in text.splitlines():
