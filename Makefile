@@ -145,13 +145,18 @@ fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner
 	./$(BUILD)/fuzz-schema -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -rss_limit_mb=2048 $(BUILD)/fuzz-corpus
 
 unit: $(UNIT_BIN)
-	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; ./$$t; done
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; RETORT_SHARED=$(SHARED) ./$$t; done
 
 unit-asan: $(ASAN_UNIT_BIN)
 	@set -e; for t in $(ASAN_UNIT_BIN); do echo "== $$t (asan+ubsan)"; \
-	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ./$$t; done
+	  RETORT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ./$$t; done
 
-JSTS ?= ../shared/jsts
+# Shared test data (the JSON-Schema-Test-Suite, the LLM APIs' wire shapes)
+# lives in ../shared beside the checkout; a clone made elsewhere (CI clones
+# into a scratch directory) finds it beside the repository it was cloned from.
+ORIGIN_DIR := $(shell git config --get remote.origin.url 2>/dev/null)
+SHARED ?= $(abspath $(firstword $(wildcard ../shared $(ORIGIN_DIR)/../shared)))
+JSTS ?= $(SHARED)/jsts
 conformance: $(BUILD)/jsts-runner
 	./$(BUILD)/jsts-runner $(JSTS)
 

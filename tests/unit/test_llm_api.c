@@ -14,9 +14,12 @@
 #include "reflect.h"
 #include "util.h"
 
+/* A wire shape from the shared test data: RETORT_SHARED (set by make),
+ * else ../shared beside the checkout. */
 static char *slurp(const char *name) {
     char path[512];
-    snprintf(path, sizeof(path), "../shared/llm-api/%s", name);
+    const char *shared = getenv("RETORT_SHARED");
+    snprintf(path, sizeof(path), "%s/llm-api/%s", shared && *shared ? shared : "../shared", name);
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(path, sizeof(path), "../../shared/llm-api/%s", name);
