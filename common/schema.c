@@ -859,6 +859,14 @@ typedef struct dep_sch {
     node *schema;
 } dep_sch;
 
+/* A discriminated union: anyOf/oneOf whose every branch holds member
+ * `name` to a `const` (or a one-value enum) of its own.  An object with
+ * that member fails every branch but the one whose value it has. */
+typedef struct discrim {
+    const char *name;
+    const cJSON **vals; /* by branch */
+} discrim;
+
 struct node {
     /* Hot fields first (evaluation touches the first few cache lines of a
      * node; the rest is for reports and rarer keywords). */
@@ -926,6 +934,7 @@ struct node {
     node *property_names;
     node **all_of, **any_of, **one_of;
     size_t n_all_of, n_any_of, n_one_of;
+    const struct discrim *any_disc, *one_disc; /* see find_discrim() */
     node *not_, *if_, *then_, *else_;
     node *ref;
     node *dynref;
@@ -2503,6 +2512,65 @@ static void report_texts(cctx *c, node *n)
     }
 }
 
+static const prop_ent *prop_find(const node *n, const char *name);
+
+/* The value branch b requires of member `name`: the const (or one-value
+ * enum) of its `properties` entry, on b or on what its $refs lead to (all
+ * of them apply); NULL when there is none. */
+static const cJSON *branch_const(const node *b, const char *name)
+{
+    for (int hops = 0; b && !b->boolean && hops < 8; hops++) {
+        const prop_ent *pe = prop_find(b, name);
+        const node *x = pe ? pe->schema : NULL;
+        if (x && !x->boolean) {
+            if (x->kwmask & KB(K_CONST))
+                return x->const_val;
+            if ((x->kwmask & KB(K_ENUM)) && x->n_enum == 1)
+                return x->enum_vals->child;
+        }
+        b = (b->kwmask & KB(K_REF)) ? b->ref : NULL;
+    }
+    return NULL;
+}
+
+/* A discriminator of the branches br[0..nb), or NULL: the first member
+ * of the first branch's properties that every branch holds to a value of
+ * its own, no two alike.  Evaluation then goes straight to the branch an
+ * object names: the others fail on that member whatever the rest is. */
+static const discrim *find_discrim(cctx *c, node *const *br, size_t nb)
+{
+    if (nb < 2 || nb > 64 || br[0]->boolean)
+        return NULL;
+    const cJSON *vals[64];
+    for (const node *b0 = br[0]; b0; b0 = (b0->kwmask & KB(K_REF)) ? b0->ref : NULL) {
+        for (size_t p = 0; p < b0->n_props; p++) {
+            const char *name = b0->ordered[p]->name;
+            size_t i = 0;
+            for (; i < nb; i++) {
+                vals[i] = br[i]->boolean ? NULL : branch_const(br[i], name);
+                if (!vals[i])
+                    break;
+                size_t j = 0;
+                while (j < i && !json_equal(vals[j], vals[i]))
+                    j++;
+                if (j < i)
+                    break;
+            }
+            if (i < nb)
+                continue;
+            discrim *d = calloc_or_fail(c, sizeof *d);
+            const cJSON **v = calloc_or_fail(c, nb * sizeof *v);
+            if (!d || !v)
+                return NULL;
+            memcpy(v, vals, nb * sizeof *v);
+            d->name = name;
+            d->vals = v;
+            return d;
+        }
+    }
+    return NULL;
+}
+
 /* Last step of a compile: the copies that evaluation reads (after
  * collapse_refs has settled the schema pointers). */
 static void finish_nodes(cctx *c)
@@ -2512,6 +2580,10 @@ static void finish_nodes(cctx *c)
         if (!n)
             continue;
         report_texts(c, n);
+        if (!n->boolean) {
+            n->any_disc = find_discrim(c, n->any_of, n->n_any_of);
+            n->one_disc = find_discrim(c, n->one_of, n->n_one_of);
+        }
         if (!n->n_props)
             continue;
         n->ordv = calloc_or_fail(c, n->n_props * sizeof *n->ordv);
@@ -3907,12 +3979,12 @@ static inline const prop_ent *member_ent(const node *n, const char *name, size_t
     size_t k = *cur;
     if (k < n->n_props) {
         const prop_ent *e = &n->ordv[k];
-        if (strcmp(e->name, name) == 0) {
+        if (str_eq(e->name, name)) {
             *cur = k + 1;
             return e;
         }
         /* the instance left an optional property out: the one after */
-        if (k + 1 < n->n_props && e[1].name[0] == name[0] && strcmp(e[1].name, name) == 0) {
+        if (k + 1 < n->n_props && e[1].name[0] == name[0] && str_eq(e[1].name, name)) {
             *cur = k + 2;
             return e + 1;
         }
@@ -4287,6 +4359,17 @@ static char *types_json(int types)
     return s;
 }
 
+/* The NO_MATCH heading the closest branch's reports. kw: "anyOf"/"oneOf". */
+static void report_no_match(vctx *c, const node *n, const char *kw, size_t nb, size_t best)
+{
+    char a[24], b[24];
+    size_t kwl = strlen(kw);
+    mpart m[7] = { MPL("value matches none of the "), { a, fmt_u(a, nb) },
+                   MPL(" alternatives of "), { kw, kwl }, MPL("; the closest is #"),
+                   { b, fmt_u(b, best) }, MPL(", whose errors follow") };
+    report_p(c, n, kw, kwl, SCHEMA_NO_MATCH, NULL, NULL, NULL, 0, m, 7);
+}
+
 /* After every branch of anyOf/oneOf failed in the reporting pass: keep the
  * most useful report.  Branches [starts[i], starts[i+1]) of c->recs.
  * sketch: the branch records are sketches (see report()); then the closest
@@ -4383,16 +4466,72 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
     if (nkeep)
         memcpy(keep, c->recs + bs, nkeep * sizeof *keep);
     drop_recs(c, base);
-    {
-        char a[24], b[24];
-        mpart m[7] = { MPL("value matches none of the "), { a, fmt_u(a, nb) },
-                       MPL(" alternatives of "), { kw, strlen(kw) }, MPL("; the closest is #"),
-                       { b, fmt_u(b, best) }, MPL(", whose errors follow") };
-        report_p(c, n, kwbuf, kwl, SCHEMA_NO_MATCH, NULL, NULL, NULL, 0, m, 7);
-    }
+    report_no_match(c, n, kw, nb, best);
     for (size_t j = 0; j < nkeep; j++)
         push_rec(c, &keep[j]);
     return sketch ? (long)best : -1;
+}
+
+static void move_recs_front(vctx *c, size_t from, size_t mid);
+
+/* The branch of discriminator d that object inst names, or -1. */
+static long discrim_pick(const discrim *d, size_t nb, const cJSON *inst)
+{
+    for (const cJSON *m = inst->child; m; m = m->next) {
+        if (!str_eq(m->string, d->name))
+            continue;
+        for (size_t i = 0; i < nb; i++)
+            if (json_equal(m, d->vals[i]))
+                return (long)i;
+        return -1;
+    }
+    return -1;
+}
+
+/* anyOf/oneOf when inst names branch k through the discriminator: every
+ * other branch fails, so the answer is branch k's.  While reporting, a
+ * failed k is the closest branch report_branches() would pick whenever
+ * nothing but the discriminator disqualifies a branch; otherwise (k
+ * failed on a type or another const/enum too) 2 is returned, everything
+ * undone, and the caller compares all branches. */
+static int branch_named(vctx *c, const node *n, const char *kw, size_t nb, const node *b, long k,
+                        const cJSON *inst, evset *ev)
+{
+    evset t;
+    if (ev && ev_init(&t, ev->n) < 0)
+        return limit(c, "out of memory");
+    size_t base = c->nrec, dropped0 = c->dropped, cap0 = c->store_cap, depth0 = c->npath;
+    char lim0 = c->limit_msg[0];
+    if (c->record && cap0 > base)
+        c->store_cap = cap0 - 1; /* room for NO_MATCH, which goes in front */
+    int r = eval(c, b, inst, ev ? &t : NULL);
+    c->store_cap = cap0;
+    if (ev) {
+        if (r == 1)
+            ev_or(ev, &t);
+        ev_free(&t);
+    }
+    if (r != 0 || !c->record)
+        return r;
+    int undo = 0;
+    for (size_t j = base; j < c->nrec && !undo; j++) {
+        const vrec *x = &c->recs[j];
+        int disc = code_is(x->v.code, SCHEMA_CONST_MISMATCH) || code_is(x->v.code, SCHEMA_ENUM_MISMATCH);
+        if ((x->depth == depth0 && (disc || code_is(x->v.code, SCHEMA_WRONG_TYPE))) ||
+            (x->depth == depth0 + 1 && disc))
+            undo = 1;
+    }
+    if (undo) {
+        drop_recs(c, base);
+        c->dropped = dropped0;
+        c->limit_msg[0] = lim0;
+        return 2;
+    }
+    size_t mid = c->nrec;
+    report_no_match(c, n, kw, nb, (size_t)k);
+    if (c->nrec > mid && mid > base)
+        move_recs_front(c, base, mid);
+    return 0;
 }
 
 NOINLINE static int kw_branches(vctx *c, const node *n, int one, const cJSON *inst, evset *ev)
@@ -4400,6 +4539,15 @@ NOINLINE static int kw_branches(vctx *c, const node *n, int one, const cJSON *in
     node *const *br = one ? n->one_of : n->any_of;
     size_t nb = one ? n->n_one_of : n->n_any_of;
     const char *kw = one ? "oneOf" : "anyOf";
+    const discrim *d = one ? n->one_disc : n->any_disc;
+    if (d && IS_OBJECT(inst) && c->record != 2) {
+        long k = discrim_pick(d, nb, inst);
+        if (k >= 0) {
+            int r = branch_named(c, n, kw, nb, br[k], k, inst, ev);
+            if (r != 2)
+                return r;
+        }
+    }
     if (c->record == 1 && !ev && nb <= 8) {
         /* Reporting: the sketches answer valid/invalid too, so walk the
          * branches once with sketches instead of quietly and then again

@@ -938,6 +938,79 @@ static void test_oneof_closest_with_nested_anyof(void **state)
     schema_free(s);
 }
 
+/* anyOf/oneOf whose branches each hold one member to a value of their
+ * own go straight to the branch the instance names: the answers and the
+ * reports must be those of comparing every branch. */
+static void test_discriminated_union(void **state)
+{
+    (void)state;
+    schema_violations v = { 0 };
+    /* two branches with the same value are no discriminator: both match */
+    schema *s = compile_text("{\"oneOf\":["
+                             "{\"properties\":{\"kind\":{\"const\":\"a\"}}},"
+                             "{\"properties\":{\"kind\":{\"const\":\"a\"},\"x\":{\"type\":\"string\"}}}]}",
+                             NULL);
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"x\":\"s\"}", &v), 1);
+    assert_non_null(strstr(v.items[0].message, "more than one"));
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    /* branches behind $refs; the named branch fails on another const too,
+     * so every branch is disqualified and the fewest violations win */
+    s = compile_text("{\"$defs\":{"
+                     "\"a\":{\"required\":[\"x\",\"y\"],\"properties\":{\"kind\":{\"const\":\"a\"},"
+                     "\"v\":{\"const\":1},\"x\":{\"type\":\"string\"}}},"
+                     "\"b\":{\"properties\":{\"kind\":{\"enum\":[\"b\"]},\"x\":{\"type\":\"string\"}}}},"
+                     "\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"$ref\":\"#/$defs/b\"}]}",
+                     NULL);
+    assert_int_equal(check(s, "{\"kind\":\"b\",\"x\":\"s\"}", &v), 0);
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"x\":\"s\",\"y\":0,\"v\":1}", &v), 0);
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"x\":5,\"v\":2}", &v), 1);
+    assert_non_null(strstr(v.items[0].message, "closest is #1")); /* 2 errors against 3 */
+    assert_int_equal(v.count, 3);
+    assert_string_equal(v.items[1].keyword_location, "/$defs/b/properties/kind/enum");
+    assert_string_equal(v.items[2].keyword_location, "/$defs/b/properties/x/type");
+    schema_violations_clear(&v);
+    /* the named branch fails on other things only: it is the one reported */
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"x\":5,\"v\":1}", &v), 1);
+    assert_non_null(strstr(v.items[0].message, "closest is #0"));
+    assert_int_equal(v.count, 3);
+    assert_string_equal(v.items[1].path, "/y");
+    assert_string_equal(v.items[1].code, SCHEMA_MISSING_FIELD);
+    assert_string_equal(v.items[2].path, "/x");
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    /* annotations of the named branch count for unevaluatedProperties */
+    s = compile_text("{\"oneOf\":["
+                     "{\"properties\":{\"kind\":{\"const\":\"a\"},\"x\":true}},"
+                     "{\"properties\":{\"kind\":{\"const\":\"b\"},\"y\":true}}],"
+                     "\"unevaluatedProperties\":false}",
+                     NULL);
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"x\":1}", &v), 0);
+    assert_int_equal(check(s, "{\"kind\":\"a\",\"y\":1}", &v), 1);
+    assert_non_null(find_code(&v, SCHEMA_UNEXPECTED_FIELD, "/y"));
+    schema_violations_clear(&v);
+    schema_free(s);
+
+    /* past the store cap, `total` still counts what each item reports:
+     * NO_MATCH and the named branch's two violations */
+    s = compile_text("{\"items\":{\"oneOf\":["
+                     "{\"required\":[\"k0\"],\"properties\":{\"kind\":{\"const\":\"k0\"},\"v\":{\"type\":\"integer\"}}},"
+                     "{\"required\":[\"k1\"],\"properties\":{\"kind\":{\"const\":\"k1\"},\"v\":{\"type\":\"integer\"}}},"
+                     "{\"required\":[\"k2\"],\"properties\":{\"kind\":{\"const\":\"k2\"},\"v\":{\"type\":\"integer\"}}}]}}",
+                     &(schema_options){ .max_violations = 2 });
+    char big[8192] = "[";
+    for (int i = 0; i < 200; i++)
+        strcat(big, i ? ",{\"kind\":\"k1\",\"v\":1.5}" : "{\"kind\":\"k1\",\"v\":1.5}");
+    strcat(big, "]");
+    assert_int_equal(check(s, big, &v), 1);
+    assert_int_equal(v.count, 2);
+    assert_int_equal(v.total, 600);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
 static char g_tmpdir[64];
 
 static void write_file(const char *name, const char *text)
@@ -1167,6 +1240,7 @@ int main(void)
         cmocka_unit_test(test_keyword_order_with_limit),
         cmocka_unit_test(test_long_and_many_violations),
         cmocka_unit_test(test_oneof_closest_with_nested_anyof),
+        cmocka_unit_test(test_discriminated_union),
         cmocka_unit_test(test_required_order_and_long_path),
         cmocka_unit_test(test_validate_cli),
         cmocka_unit_test(test_registry_load_dir),
