@@ -2807,6 +2807,31 @@ static inline void pop_path(vctx *c)
         c->npath--;
 }
 
+/* memcpy for the short pieces reports are made of (keys, keywords,
+ * message parts: mostly under 16 bytes), without a library call each:
+ * two overlapping loads cover any length from 4 to 16. */
+static inline void copy_short(char *d, const char *s, size_t n)
+{
+    if (n >= 8 && n <= 16) {
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4 && n < 8) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &b, 4);
+    } else if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = s[i];
+    } else {
+        memcpy(d, s, n);
+    }
+}
+
 /* Writes the instance path as a JSON Pointer into buf (cap bytes);
  * returns the length it needs (without the NUL). */
 static size_t path_into(const vctx *c, char *buf, size_t cap)
@@ -2884,11 +2909,13 @@ static size_t path_render(vctx *c)
         c->pbuf[o++] = '/';
         if (s->key) {
             const char *key = s->key;
-            size_t kl = strcspn(key, "~/");
+            size_t kl = 0; /* keys are short: no strcspn call */
+            while (key[kl] && key[kl] != '~' && key[kl] != '/')
+                kl++;
             if (!key[kl]) { /* nothing to escape (the usual case) */
                 if (o + kl >= cap)
                     goto too_long;
-                memcpy(c->pbuf + o, key, kl);
+                copy_short(c->pbuf + o, key, kl);
                 o += kl;
             } else {
                 for (const char *k = key; *k; k++) {
@@ -2962,10 +2989,10 @@ static void scratch_free(vctx *c)
  * no keyword), NUL-terminated at b.  Returns the bytes written. */
 static inline size_t kloc_put(char *b, const char *loc, size_t ll, const char *kw, size_t lk)
 {
-    memcpy(b, loc, ll);
+    copy_short(b, loc, ll);
     if (lk) {
         b[ll] = '/';
-        memcpy(b + ll + 1, kw, lk);
+        copy_short(b + ll + 1, kw, lk);
     } else {
         b[ll] = '\0';
     }
@@ -3199,7 +3226,7 @@ static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const cha
     }
     char *b = b0;
     if (cached)
-        memcpy(b, c->pbuf, pl);
+        copy_short(b, c->pbuf, pl);
     else
         path_into(c, b, pl + 1);
     b[pl] = '\0';
@@ -3208,14 +3235,14 @@ static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const cha
     b += kloc_put(b, n->loc, ll, kw, lkk);
     r->v.message = b;
     for (int i = 0; i < nmp; i++) {
-        memcpy(b, mp[i].s, mp[i].l);
+        copy_short(b, mp[i].s, mp[i].l);
         b += mp[i].l;
     }
     *b++ = '\0';
     r->v.expected = NULL;
     if (expected) {
         r->v.expected = b;
-        memcpy(b, expected, le);
+        copy_short(b, expected, le);
         b[le] = '\0';
         b += le + 1;
     }
@@ -3223,7 +3250,7 @@ static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const cha
     if (inst) {
         size_t al;
         if (actual) {
-            memcpy(b, actual->s, actual->l);
+            copy_short(b, actual->s, actual->l);
             al = actual->l;
         } else {
             jw w = { b, 0, SNIPPET_MAX, 0 };
