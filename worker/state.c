@@ -113,10 +113,25 @@ static const char script_rate[] =
     "redis.call('PEXPIRE', KEYS[1], 120000)\n"
     "return {'ok', '', wait, 0, 0}\n";
 
-enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_COUNT };
-static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate};
+/* PUBLISHED for many jobs at once (KEYS: their hashes, ARGV: attempts in
+ * the same order): the marks nobody waits for, one command per loop turn
+ * instead of one per job. */
+static const char script_published_many[] =
+    "for i, k in ipairs(KEYS) do\n"
+    "  local a = tonumber(ARGV[i])\n"
+    "  if (tonumber(redis.call('HGET', k, 'published')) or 0) < a then\n"
+    "    redis.call('HSET', k, 'published', a)\n"
+    "  end\n"
+    "end\n"
+    "return {'ok', '', #KEYS, 0, 0}\n";
+
+enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_PUBLISHED_MANY, SCRIPT_COUNT };
+static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate,
+                                                  script_published_many};
 
 #define OP_MAX_ARGS 16
+/* Marks per PUBLISHED_MANY command (keys + attempts: 2 arguments each). */
+#define PUB_BATCH_MAX 64
 
 typedef struct state_op {
     state *st;
@@ -124,8 +139,10 @@ typedef struct state_op {
     int nkeys;
     int argc;                  /* ARGV count after the keys */
     sbuf args;                 /* keys then argv, back to back (one allocation) */
-    size_t offs[OP_MAX_ARGS];  /* where each starts in args */
-    size_t lens[OP_MAX_ARGS];
+    int cap;                   /* slots in offs and lens */
+    size_t *offs, *lens;       /* where each starts in args, its length */
+    size_t offs_inl[OP_MAX_ARGS], lens_inl[OP_MAX_ARGS]; /* offs, lens unless a batch */
+    size_t nmarks;             /* PUBLISHED_MANY: how many jobs */
     state_cb cb;
     void *ud;
     size_t id_off, id_len;     /* the job id inside the first key */
@@ -157,6 +174,11 @@ struct state {
     size_t on_wire;                     /* ops sent, reply not yet in */
     uint64_t wire_since_ms;             /* last reply, or first send after none */
     int handles;                        /* uv handles not yet closed */
+    /* Delivered-outcome marks nobody waits for, sent as one command when
+     * the loop turn ends (pub_flush) or the batch is full. */
+    state_op *pub;
+    int pub_att[PUB_BATCH_MAX];         /* the attempts of pub's jobs */
+    uv_prepare_t pub_flush;
     state_conn_cb conn_cb;
     void *conn_ud;
 };
@@ -167,6 +189,11 @@ static void connect_now(state *st);
 static void op_send(state *st, state_op *op);
 
 static void op_free(state_op *op) {
+    if (!op) return;
+    if (op->offs != op->offs_inl) {
+        free(op->offs);
+        free(op->lens);
+    }
     sbuf_free(&op->args);
     free(op);
 }
@@ -230,7 +257,11 @@ static void complete(state_op *op, const redisReply *r) {
          * its error is logged here, with the job id from its key. */
         char id[256];
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
-        log_warn(id, 0, "recording a delivered outcome failed: %s", rep.error);
+        if (op->nmarks > 1)
+            log_warn(id, 0, "recording %zu delivered outcomes (this job's and %zu more) failed: %s",
+                     op->nmarks, op->nmarks - 1, rep.error);
+        else
+            log_warn(id, 0, "recording a delivered outcome failed: %s", rep.error);
     }
     cJSON_Delete(history);
 }
@@ -266,8 +297,8 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
 }
 
 static void op_send(state *st, state_op *op) {
-    const char *argv[OP_MAX_ARGS + 3];
-    size_t lens[OP_MAX_ARGS + 3];
+    const char *argv[2 * PUB_BATCH_MAX + 3];
+    size_t lens[2 * PUB_BATCH_MAX + 3];
     char nkeys[8];
     snprintf(nkeys, sizeof(nkeys), "%d", op->nkeys);
     int n = 0;
@@ -469,7 +500,9 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     uv_timer_init(loop, &st->reply_watch);
     st->reply_watch.data = st;
     uv_timer_start(&st->reply_watch, reply_watch_cb, 1000, 1000);
-    st->handles = 3;
+    uv_prepare_init(loop, &st->pub_flush);
+    st->pub_flush.data = st;
+    st->handles = 4;
     connect_now(st);
     return st;
 }
@@ -495,6 +528,10 @@ void state_free(state *st) {
         st->queue_head = op->next;
         op_free(op);
     }
+    op_free(st->pub);
+    st->pub = NULL;
+    uv_prepare_stop(&st->pub_flush);
+    uv_close((uv_handle_t *)&st->pub_flush, st_close_cb);
     free(st->host);
     free(st->password);
     free(st->prefix);
@@ -507,8 +544,22 @@ void state_free(state *st) {
 }
 
 static int op_add(state_op *op, const char *s, size_t len) {
-    if (op->nkeys + op->argc >= OP_MAX_ARGS) return -1;
     int i = op->nkeys + op->argc;
+    if (i >= op->cap) {
+        /* only a batch of marks outgrows the inline slots */
+        if (op->cap >= 2 * PUB_BATCH_MAX) return -1;
+        size_t *o = malloc(2 * PUB_BATCH_MAX * sizeof(*o)), *l = malloc(2 * PUB_BATCH_MAX * sizeof(*l));
+        if (!o || !l) {
+            free(o);
+            free(l);
+            return -1;
+        }
+        memcpy(o, op->offs, (size_t)i * sizeof(*o));
+        memcpy(l, op->lens, (size_t)i * sizeof(*l));
+        op->offs = o;
+        op->lens = l;
+        op->cap = 2 * PUB_BATCH_MAX;
+    }
     op->offs[i] = op->args.len;
     op->lens[i] = len;
     if (sbuf_append(&op->args, s, len)) return -1;
@@ -539,10 +590,20 @@ static int op_addl(state_op *op, long long v) {
     return op_add(op, p, (size_t)(buf + sizeof(buf) - p));
 }
 
-static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, void *ud) {
+static state_op *op_alloc(state *st, int script) {
     state_op *op = calloc(1, sizeof(*op));
     if (!op) return NULL;
     op->st = st;
+    op->script = script;
+    op->offs = op->offs_inl;
+    op->lens = op->lens_inl;
+    op->cap = OP_MAX_ARGS;
+    return op;
+}
+
+static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, void *ud) {
+    state_op *op = op_alloc(st, script);
+    if (!op) return NULL;
     op->script = script;
     op->cb = cb;
     op->ud = ud;
@@ -558,11 +619,26 @@ static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, 
     return op;
 }
 
+static void pub_flush(state *st);
+
+/* 1 when the batch of marks holds the job of op's first key. */
+static int pub_holds(const state *st, const state_op *op) {
+    const state_op *b = st->pub;
+    for (int i = 0; b && op->nkeys && i < b->nkeys; i++)
+        if (b->lens[i] == op->lens[0] && !memcmp(b->args.data + b->offs[i], op->args.data + op->offs[0], op->lens[0]))
+            return 1;
+    return 0;
+}
+
 static int op_submit(state *st, state_op *op, int failed) {
     if (failed) {
         op_free(op);
         return -1;
     }
+    /* Commands go out in the order they are made: a mark still waiting for
+     * the end of the loop turn goes before another command on its job (a
+     * redelivered message must find its outcome marked). */
+    if (op->script != SCRIPT_PUBLISHED_MANY && pub_holds(st, op)) pub_flush(st);
     st->pending++;
     if (st->connected && !st->queue_head) op_send(st, op);
     else enqueue(st, op);
@@ -604,10 +680,52 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
     return op_submit(st, op, failed);
 }
 
+/* Sends the batch of marks: keys, then the attempts in the same order. */
+static void pub_flush(state *st) {
+    state_op *op = st->pub;
+    if (!op) return;
+    st->pub = NULL;
+    uv_prepare_stop(&st->pub_flush);
+    if (!op->nmarks) {
+        op_free(op);
+        return;
+    }
+    int failed = 0;
+    for (size_t i = 0; i < op->nmarks && !failed; i++) failed = op_addl(op, st->pub_att[i]);
+    if (failed) {
+        char id[256];
+        snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
+        log_warn(id, 0, "out of memory recording %zu delivered outcomes (this job's and %zu more)",
+                 op->nmarks, op->nmarks - 1);
+    }
+    op_submit(st, op, failed);
+}
+
+/* Runs once per loop turn, before the loop waits: every mark of the turn
+ * goes out in one command. */
+static void pub_flush_cb(uv_prepare_t *h) { pub_flush(h->data); }
+
 int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud) {
-    state_op *op = op_new(st, SCRIPT_PUBLISHED, job_id, cb, ud);
-    if (!op) return -1;
-    return op_submit(st, op, op_addl(op, attempt));
+    if (cb) {
+        state_op *op = op_new(st, SCRIPT_PUBLISHED, job_id, cb, ud);
+        if (!op) return -1;
+        return op_submit(st, op, op_addl(op, attempt));
+    }
+    state_op *op = st->pub;
+    if (!op) {
+        if (!(op = op_alloc(st, SCRIPT_PUBLISHED_MANY))) return -1;
+        op->id_off = strlen(st->prefix) + strlen(":job:{");
+        op->id_len = strlen(job_id);
+        st->pub = op;
+        uv_prepare_start(&st->pub_flush, pub_flush_cb);
+    }
+    /* op_add counts an argument; these are keys (the attempts follow) */
+    if (op_addf(op, "%s:job:{%s}", st->prefix, job_id)) return -1;
+    op->argc--;
+    op->nkeys++;
+    st->pub_att[op->nmarks++] = attempt;
+    if (op->nmarks == PUB_BATCH_MAX) pub_flush(st);
+    return 0;
 }
 
 int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,

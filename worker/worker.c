@@ -164,7 +164,7 @@ struct worker {
     wjob *jobs;              /* every live wjob */
     uv_signal_t sigterm, sigint;
     uv_timer_t drain_timer;
-    uv_timer_t drain_poll;   /* webhook deliveries finish outside any job */
+    uv_timer_t drain_poll;   /* webhooks and Redis marks finish outside any job */
     int stopping;
     int exit_code;
     /* counters for the shutdown line */
@@ -1070,7 +1070,11 @@ static void shutdown_now(worker *w) {
 }
 
 static void check_drained(worker *w) {
-    if (w->stopping == 1 && w->inflight == 0 && (!w->hook || webhook_pending(w->hook) == 0))
+    /* the delivered-outcome marks too: sent at the end of the loop turn
+     * (drain_poll looks again), they spare a restarted worker the events
+     * it would otherwise produce again */
+    if (w->stopping == 1 && w->inflight == 0 && (!w->hook || webhook_pending(w->hook) == 0) &&
+        (!w->st || !state_connected(w->st) || state_pending(w->st) == 0))
         shutdown_now(w);
 }
 
@@ -1094,7 +1098,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     /* Parked duplicates are not started anymore: they hold no LLM call. */
     uv_timer_start(&w->drain_timer, drain_timeout,
                    (uint64_t)config_get_int(w->cfg, "worker.drain_timeout_ms"), 0);
-    if (w->hook) uv_timer_start(&w->drain_poll, drain_poll_cb, 100, 100);
+    uv_timer_start(&w->drain_poll, drain_poll_cb, 20, 20);
     check_drained(w);
 }
 
