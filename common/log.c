@@ -1,7 +1,9 @@
 #include "log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -12,6 +14,37 @@ static int log_json = 1;
 static char log_worker[64] = "";
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
+
+/* Buffered lines of the owner thread (log_buffered): at most one pipe's
+ * atomic write (PIPE_BUF, 4096 on Linux), so that one write() never mixes
+ * with the lines of another process sharing stderr. */
+#define LOG_BUF_CAP 4096
+static int buf_on;
+static pthread_t buf_owner;
+static char buf_data[LOG_BUF_CAP];
+static size_t buf_len;
+
+static void write_all(const char *p, size_t n) {
+    ssize_t w = write(STDERR_FILENO, p, n);
+    (void)w;
+}
+
+void log_flush(void) {
+    if (buf_len && buf_on && pthread_equal(pthread_self(), buf_owner)) {
+        write_all(buf_data, buf_len);
+        buf_len = 0;
+    }
+}
+
+static void flush_at_exit(void) { log_flush(); }
+
+void log_buffered(int on) {
+    static int registered;
+    if (!on) log_flush();
+    buf_owner = pthread_self();
+    buf_on = on;
+    if (on && !registered) registered = atexit(flush_at_exit) == 0;
+}
 
 void log_init(log_level level, log_format format, const char *worker) {
     log_min = level;
@@ -106,7 +139,14 @@ void log_msg(log_level level, const char *job_id, int attempt, const char *fmt, 
         snprintf(line, sizeof(line), "%s %-5s %s%s %s\n", ts + 11, level_names[level],
                  log_worker, ctx, msg);
     }
+    size_t ll = strlen(line);
+    if (buf_on && pthread_equal(pthread_self(), buf_owner)) {
+        if (buf_len + ll > LOG_BUF_CAP) log_flush();
+        memcpy(buf_data + buf_len, line, ll); /* ll < LOG_BUF_CAP: line's size */
+        buf_len += ll;
+        if (level >= LOG_WARN) log_flush(); /* trouble is seen at once */
+        return;
+    }
     /* One write per record so lines of several processes do not interleave. */
-    ssize_t w = write(STDERR_FILENO, line, strlen(line));
-    (void)w;
+    write_all(line, ll);
 }

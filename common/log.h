@@ -15,6 +15,15 @@ int log_level_parse(const char *s, log_level *out);   /* 0 = ok */
 int log_format_parse(const char *s, log_format *out); /* 0 = ok */
 int log_enabled(log_level level);
 
+/* on: the calling thread's records are kept in a buffer (at most 4 KB,
+ * whole lines) and written by log_flush(), when the buffer is full, with
+ * a warning or an error, or at exit; one write() per turn of an event
+ * loop instead of one per record.  Records of other threads are written
+ * at once.  off: flushes and writes every record at once again. */
+void log_buffered(int on);
+/* Writes the buffered records (only from the thread that buffers). */
+void log_flush(void);
+
 /* job_id may be NULL; attempt <= 0 means none. */
 void log_msg(log_level level, const char *job_id, int attempt,
              const char *fmt, ...) __attribute__((format(printf, 4, 5)));

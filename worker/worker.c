@@ -165,6 +165,7 @@ struct worker {
     uv_signal_t sigterm, sigint;
     uv_timer_t drain_timer;
     uv_timer_t drain_poll;   /* webhooks and Redis marks finish outside any job */
+    uv_prepare_t log_prep;   /* writes the turn's log lines before the loop waits */
     int stopping;
     int exit_code;
     /* counters for the shutdown line */
@@ -1055,6 +1056,10 @@ static void *close_watchdog_run(void *arg) {
     return NULL;
 }
 
+/* The loop thread's log lines are written once per loop turn, right
+ * before the loop waits: one write() instead of one per job. */
+static void log_prep_cb(uv_prepare_t *h) { log_flush(); }
+
 static void loop_close_walk(uv_handle_t *h, void *arg) {
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
@@ -1383,7 +1388,11 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
              w->t_jobs, config_get(cfg, "kafka.group.id"), config_get(cfg, "llm.provider"),
              config_get(cfg, "llm.base_url"), w->max_inflight, w->max_jobs);
 
+    uv_prepare_init(w->loop, &w->log_prep);
+    uv_prepare_start(&w->log_prep, log_prep_cb);
+    log_buffered(1);
     uv_run(w->loop, UV_RUN_DEFAULT);
+    log_buffered(0);
 
     /* Drained (or timed out): close the consumer, which commits the stored
      * offsets (only those with nothing pending below them) and leaves the

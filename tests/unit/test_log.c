@@ -1,0 +1,151 @@
+/* test_log.c - log.c: records as lines on stderr, buffered per loop turn. */
+#include "log.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static int g_saved_fd = -1;
+static char g_path[64];
+
+/* stderr goes to a fresh file for each test */
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(g_path, sizeof g_path, "/tmp/retort-test-log-XXXXXX");
+    int fd = mkstemp(g_path);
+    assert_true(fd >= 0);
+    g_saved_fd = dup(STDERR_FILENO);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    log_init(LOG_INFO, LOG_FORMAT_JSON, "t");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    log_buffered(0);
+    dup2(g_saved_fd, STDERR_FILENO);
+    close(g_saved_fd);
+    unlink(g_path);
+    return 0;
+}
+
+/* what stderr has received so far */
+static size_t written(char *buf, size_t cap)
+{
+    FILE *f = fopen(g_path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return n;
+}
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void test_unbuffered_writes_each_record(void **state)
+{
+    (void)state;
+    char buf[8192];
+    log_info("job-1", 2, "final: \"valid\"");
+    written(buf, sizeof buf);
+    assert_non_null(strstr(buf, "\"msg\":\"final: \\\"valid\\\"\""));
+    assert_non_null(strstr(buf, "\"job_id\":\"job-1\",\"attempt\":2,\"worker\":\"t\"}\n"));
+}
+
+static void test_buffered_until_flush(void **state)
+{
+    (void)state;
+    char buf[8192];
+    log_buffered(1);
+    log_info("a", 1, "one");
+    log_info("b", 1, "two");
+    assert_int_equal(written(buf, sizeof buf), 0);
+    log_flush();
+    written(buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 2);
+    assert_true(strstr(buf, "one") < strstr(buf, "two"));
+    /* a warning goes out at once, with what was waiting before it */
+    log_info("c", 1, "three");
+    log_warn("d", 1, "four");
+    written(buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 4);
+    assert_true(strstr(buf, "three") < strstr(buf, "four"));
+    /* turning buffering off writes what is left */
+    log_info("e", 1, "five");
+    log_buffered(0);
+    written(buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 5);
+}
+
+static void test_buffer_never_exceeds_an_atomic_write(void **state)
+{
+    (void)state;
+    static char buf[1 << 16];
+    log_buffered(1);
+    char msg[1000];
+    memset(msg, 'x', sizeof msg - 1);
+    msg[sizeof msg - 1] = '\0';
+    for (int i = 0; i < 20; i++)
+        log_info("j", 1, "%s", msg);
+    size_t before = written(buf, sizeof buf);
+    /* ~1,080-byte lines: full 4 KB buffers went out, 3 lines each, never
+     * more than 4,096 bytes (a pipe's atomic write) at once */
+    assert_true(before > 0);
+    assert_int_equal(count_lines(buf) % 3, 0);
+    assert_true(count_lines(buf) < 20);
+    log_flush();
+    written(buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 20);
+}
+
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    log_info(NULL, 0, "from another thread");
+    return NULL;
+}
+
+static void test_other_threads_write_at_once(void **state)
+{
+    (void)state;
+    char buf[8192];
+    log_buffered(1);
+    log_info(NULL, 0, "from the loop");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, other_thread, NULL), 0);
+    pthread_join(t, NULL);
+    written(buf, sizeof buf);
+    assert_non_null(strstr(buf, "from another thread"));
+    assert_null(strstr(buf, "from the loop"));
+    log_flush();
+    written(buf, sizeof buf);
+    assert_non_null(strstr(buf, "from the loop"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_unbuffered_writes_each_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_buffered_until_flush, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_buffer_never_exceeds_an_atomic_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_threads_write_at_once, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
