@@ -43,12 +43,12 @@ const nowNs = () => process.hrtime.bigint();
 
 // ns per call of fn(), over about `secs` seconds, in batches of 1000 so the
 // clock is read rarely.  `want` is the expected answer: a change of answer
-// mid-run would mean the timing measures something else.  An untimed
+// mid-run would mean the timing measures something else.  warm: an untimed
 // warm-up first (0.25 s, at most `secs`): V8 needs a while (0.1-0.2 s here)
 // to optimise a large generated validator, and the figure wanted is the
 // steady state of a long-running service.
-function timeCalls(fn, want, secs) {
-  for (let w = 0; w < 2; w++) {
+function timeCalls(fn, want, secs, warm) {
+  for (let w = warm ? 0 : 1; w < 2; w++) {
     const limit = BigInt(Math.round((w === 0 ? Math.min(secs, 0.25) : secs) * 1e9));
     let iters = 0;
     const t0 = nowNs();
@@ -133,14 +133,25 @@ function main() {
   if (allValid !== validResult || allInvalid !== invalidResult)
     fail("ajv allErrors:true and allErrors:false disagree");
 
-  const vNs = timeCalls(() => first(valid), validResult, args.secs);
-  const iNs = timeCalls(() => first(invalid), invalidResult, args.secs);
+  // As tests/bench_schema.c does: ROUNDS rounds of every case in turn, each
+  // case secs / ROUNDS long, and the median round per case, so that a
+  // passing disturbance of the machine weighs on every case alike.
   let count = 0;
-  const irNs = timeCalls(() => {
-    const r = all(invalid);
-    count = all.errors ? all.errors.length : 0;
-    return r;
-  }, invalidResult, args.secs);
+  const cases = [
+    [() => first(valid), validResult],
+    [() => first(invalid), invalidResult],
+    [() => {
+      const r = all(invalid);
+      count = all.errors ? all.errors.length : 0;
+      return r;
+    }, invalidResult],
+  ];
+  const ROUNDS = 5;
+  const rounds = cases.map(() => []);
+  for (let r = 0; r < ROUNDS; r++)
+    cases.forEach(([fn, want], i) => rounds[i].push(timeCalls(fn, want, args.secs / ROUNDS, r === 0)));
+  const median = (xs) => xs.slice().sort((a, b) => a - b)[xs.length >> 1];
+  const [vNs, iNs, irNs] = rounds.map(median);
 
   const r1 = (x) => Math.round(x * 10) / 10;
   console.log(JSON.stringify({

@@ -457,6 +457,8 @@ def main():
         log(line)
     log("x = time / Retort's time for the same case (2.0x = twice as slow); "
         "/s = validations per second")
+    log("retort and ajv: the median of 5 rounds per case, the cases taking turns (a passing "
+        "disturbance weighs on every case alike); jsonschema and fastjsonschema: one stretch per case")
     log("compile: retort schema_compile; jsonschema: constructor only (no compile step, $refs "
         "resolved lazily); fastjsonschema: code generation + exec; ajv: compile incl. metaschema check")
     log("violations: what each reports for invalid.json with all errors collected (jsonschema: "
