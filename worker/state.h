@@ -11,7 +11,8 @@
  *                            (final, escalated, retrying), attempts, tokens
  * All expire after the configured TTL.  The batch counters are updated in
  * the same script as the job's record, so they are exact (on a Redis
- * Cluster the batch key would need the job's slot: single Redis only).
+ * Cluster the batch key would need the job's slot: single Redis only; so
+ * would the delivery marks, which one script writes for several jobs).
  *
  * Every operation is idempotent, so an operation whose connection broke is
  * sent again after reconnecting: callers see it complete exactly once. */
