@@ -604,7 +604,6 @@ static state_op *op_alloc(state *st, int script) {
 static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, void *ud) {
     state_op *op = op_alloc(st, script);
     if (!op) return NULL;
-    op->script = script;
     op->cb = cb;
     op->ud = ud;
     op->id_off = strlen(st->prefix) + strlen(":job:{");
@@ -730,10 +729,8 @@ int state_published(state *st, const char *job_id, int attempt, state_cb cb, voi
 
 int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
                state_cb cb, void *ud) {
-    state_op *op = calloc(1, sizeof(*op));
+    state_op *op = op_alloc(st, SCRIPT_RATE);
     if (!op) return -1;
-    op->st = st;
-    op->script = SCRIPT_RATE;
     op->cb = cb;
     op->ud = ud;
     if (op_addf(op, "%s:rate:{%s}", st->prefix, endpoint)) {
