@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,8 @@ static const char *const level_names[] = {"debug", "info", "warn", "error"};
  * atomic write (PIPE_BUF, 4096 on Linux), so that one write() never mixes
  * with the lines of another process sharing stderr. */
 #define LOG_BUF_CAP 4096
-static int buf_on;
-static pthread_t buf_owner;
+static atomic_int buf_on;   /* read by every thread that logs */
+static pthread_t buf_owner; /* set before buf_on is (release), read after (acquire) */
 static char buf_data[LOG_BUF_CAP];
 static size_t buf_len;
 
@@ -29,8 +30,13 @@ static void write_all(const char *p, size_t n) {
     (void)w;
 }
 
+/* 1 when the calling thread's records go into the buffer */
+static int buffering(void) {
+    return atomic_load_explicit(&buf_on, memory_order_acquire) && pthread_equal(pthread_self(), buf_owner);
+}
+
 void log_flush(void) {
-    if (buf_len && buf_on && pthread_equal(pthread_self(), buf_owner)) {
+    if (buf_len && buffering()) {
         write_all(buf_data, buf_len);
         buf_len = 0;
     }
@@ -40,10 +46,16 @@ static void flush_at_exit(void) { log_flush(); }
 
 void log_buffered(int on) {
     static int registered;
-    if (!on) log_flush();
+    if (!on) {
+        log_flush();
+        atomic_store_explicit(&buf_on, 0, memory_order_release);
+        return;
+    }
+    /* (turned on once per process, before or while other threads log: they
+     * see buf_on 0 until the owner is set) */
     buf_owner = pthread_self();
-    buf_on = on;
-    if (on && !registered) registered = atexit(flush_at_exit) == 0;
+    atomic_store_explicit(&buf_on, 1, memory_order_release);
+    if (!registered) registered = atexit(flush_at_exit) == 0;
 }
 
 void log_init(log_level level, log_format format, const char *worker) {
@@ -140,7 +152,7 @@ void log_msg(log_level level, const char *job_id, int attempt, const char *fmt, 
                  log_worker, ctx, msg);
     }
     size_t ll = strlen(line);
-    if (buf_on && pthread_equal(pthread_self(), buf_owner)) {
+    if (buffering()) {
         if (buf_len + ll > LOG_BUF_CAP) log_flush();
         memcpy(buf_data + buf_len, line, ll); /* ll < LOG_BUF_CAP: line's size */
         buf_len += ll;
