@@ -4397,6 +4397,23 @@ static void report_no_match(vctx *c, const node *n, const char *kw, size_t nb, s
     report_p(c, n, kw, kwl, SCHEMA_NO_MATCH, NULL, NULL, NULL, 0, m, 7);
 }
 
+/* 1 when the records [from, to) of a branch walked at path depth depth0
+ * rule it out as the closest: a wrong type or a failed const/enum on the
+ * value itself, or a failed const/enum on a direct property (a
+ * discriminator such as "kind"). */
+static int disqualified(const vctx *c, size_t from, size_t to, size_t depth0)
+{
+    for (size_t j = from; j < to; j++) {
+        const vrec *r = &c->recs[j];
+        const char *code = r->v.code;
+        int disc = code_is(code, SCHEMA_CONST_MISMATCH) || code_is(code, SCHEMA_ENUM_MISMATCH);
+        if ((r->depth == depth0 && (disc || code_is(code, SCHEMA_WRONG_TYPE))) ||
+            (r->depth == depth0 + 1 && disc))
+            return 1;
+    }
+    return 0;
+}
+
 /* After every branch of anyOf/oneOf failed in the reporting pass: keep the
  * most useful report.  Branches [starts[i], starts[i+1]) of c->recs.
  * sketch: the branch records are sketches (see report()); then the closest
@@ -4467,15 +4484,7 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
     size_t best_cnt = SIZE_MAX;
     for (size_t i = 0; i < nb; i++) {
         size_t s = i ? ends[i - 1] : base, e = ends[i];
-        int dq = 0;
-        for (size_t j = s; j < e; j++) {
-            const vrec *r = &c->recs[j];
-            const char *code = r->v.code;
-            int disc = code_is(code, SCHEMA_CONST_MISMATCH) || code_is(code, SCHEMA_ENUM_MISMATCH);
-            if ((r->depth == depth0 && (disc || code_is(code, SCHEMA_WRONG_TYPE))) ||
-                (r->depth == depth0 + 1 && disc))
-                dq = 1;
-        }
+        int dq = disqualified(c, s, e, depth0);
         size_t cnt = e - s;
         if (dq < best_dq || (dq == best_dq && cnt < best_cnt)) {
             best = i;
@@ -4540,15 +4549,7 @@ static int branch_named(vctx *c, const node *n, const char *kw, size_t nb, const
     }
     if (r != 0 || !c->record)
         return r;
-    int undo = 0;
-    for (size_t j = base; j < c->nrec && !undo; j++) {
-        const vrec *x = &c->recs[j];
-        int disc = code_is(x->v.code, SCHEMA_CONST_MISMATCH) || code_is(x->v.code, SCHEMA_ENUM_MISMATCH);
-        if ((x->depth == depth0 && (disc || code_is(x->v.code, SCHEMA_WRONG_TYPE))) ||
-            (x->depth == depth0 + 1 && disc))
-            undo = 1;
-    }
-    if (undo) {
+    if (disqualified(c, base, c->nrec, depth0)) {
         drop_recs(c, base);
         c->dropped = dropped0;
         c->limit_msg[0] = lim0;
