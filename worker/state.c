@@ -78,12 +78,6 @@ static const char script_finish[] =
     "end\n"
     "return r\n";
 
-/* PUBLISHED: the outcome event of an attempt was delivered. */
-static const char script_published[] =
-    "local p = tonumber(redis.call('HGET', KEYS[1], 'published')) or 0\n"
-    "if p < tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'published', ARGV[1]) p = tonumber(ARGV[1]) end\n"
-    "return {'ok', redis.call('HGET', KEYS[1], 'status') or '', 0, p, 0}\n";
-
 /* RATE: two token buckets (requests, tokens) per endpoint and model,
  * shared by every worker.  Each holds at most one second's worth of its
  * per-minute limit, so bursts stay short.  Takes `cost` tokens and one
@@ -113,10 +107,10 @@ static const char script_rate[] =
     "redis.call('PEXPIRE', KEYS[1], 120000)\n"
     "return {'ok', '', wait, 0, 0}\n";
 
-/* PUBLISHED for many jobs at once (KEYS: their hashes, ARGV: attempts in
- * the same order): the marks nobody waits for, one command per loop turn
- * instead of one per job. */
-static const char script_published_many[] =
+/* PUBLISHED: the outcome events of these attempts were delivered (KEYS:
+ * the jobs' hashes, ARGV: their attempts in the same order); the marks of
+ * a loop turn in one command instead of one per job. */
+static const char script_published[] =
     "for i, k in ipairs(KEYS) do\n"
     "  local a = tonumber(ARGV[i])\n"
     "  if (tonumber(redis.call('HGET', k, 'published')) or 0) < a then\n"
@@ -125,12 +119,11 @@ static const char script_published_many[] =
     "end\n"
     "return {'ok', '', #KEYS, 0, 0}\n";
 
-enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_PUBLISHED_MANY, SCRIPT_COUNT };
-static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate,
-                                                  script_published_many};
+enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_COUNT };
+static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate};
 
 #define OP_MAX_ARGS 16
-/* Marks per PUBLISHED_MANY command (keys + attempts: 2 arguments each). */
+/* Marks per PUBLISHED command (keys + attempts: 2 arguments each). */
 #define PUB_BATCH_MAX 64
 
 typedef struct state_op {
@@ -142,7 +135,7 @@ typedef struct state_op {
     int cap;                   /* slots in offs and lens */
     size_t *offs, *lens;       /* where each starts in args, its length */
     size_t offs_inl[OP_MAX_ARGS], lens_inl[OP_MAX_ARGS]; /* offs, lens unless a batch */
-    size_t nmarks;             /* PUBLISHED_MANY: how many jobs */
+    size_t nmarks;             /* PUBLISHED: how many jobs */
     state_cb cb;
     void *ud;
     size_t id_off, id_len;     /* the job id inside the first key */
@@ -253,8 +246,8 @@ static void complete(state_op *op, const redisReply *r) {
     if (op->cb) {
         op->cb(op->ud, &rep);
     } else if (rep.verdict == STATE_ERROR) {
-        /* No one waits for this op (state_published without a callback):
-         * its error is logged here, with the job id from its key. */
+        /* No one waits for the delivery marks: their error is logged here,
+         * with the job id from the first key. */
         char id[256];
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
         if (op->nmarks > 1)
@@ -637,7 +630,7 @@ static int op_submit(state *st, state_op *op, int failed) {
     /* Commands go out in the order they are made: a mark still waiting for
      * the end of the loop turn goes before another command on its job (a
      * redelivered message must find its outcome marked). */
-    if (op->script != SCRIPT_PUBLISHED_MANY && pub_holds(st, op)) pub_flush(st);
+    if (op->script != SCRIPT_PUBLISHED && pub_holds(st, op)) pub_flush(st);
     st->pending++;
     if (st->connected && !st->queue_head) op_send(st, op);
     else enqueue(st, op);
@@ -704,15 +697,10 @@ static void pub_flush(state *st) {
  * goes out in one command. */
 static void pub_flush_cb(uv_prepare_t *h) { pub_flush(h->data); }
 
-int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud) {
-    if (cb) {
-        state_op *op = op_new(st, SCRIPT_PUBLISHED, job_id, cb, ud);
-        if (!op) return -1;
-        return op_submit(st, op, op_addl(op, attempt));
-    }
+int state_published(state *st, const char *job_id, int attempt) {
     state_op *op = st->pub;
     if (!op) {
-        if (!(op = op_alloc(st, SCRIPT_PUBLISHED_MANY))) return -1;
+        if (!(op = op_alloc(st, SCRIPT_PUBLISHED))) return -1;
         op->id_off = strlen(st->prefix) + strlen(":job:{");
         op->id_len = strlen(job_id);
         st->pub = op;

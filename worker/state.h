@@ -84,12 +84,13 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
 int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
                state_cb cb, void *ud);
 
-/* Notes that the outcome event of attempt was delivered.  cb may be NULL:
- * then no one waits for it, and an error is logged here; such marks are
- * sent together, one command per loop turn (or per 64 marks), so they
- * count in state_pending() only from the end of the turn.  An op still
- * queued when the state is freed is dropped (a missing mark only makes a
- * redelivered message produce its outcome again, with the same event id). */
-int state_published(state *st, const char *job_id, int attempt, state_cb cb, void *ud);
+/* Notes that the outcome event of attempt was delivered.  No one waits for
+ * it: an error is logged here.  The marks of a loop turn go out together
+ * (one command per turn, or per 64 marks), so they count in
+ * state_pending() only from the end of the turn; a mark still waiting goes
+ * out before any other command on its job.  A mark still queued when the
+ * state is freed is dropped (a missing mark only makes a redelivered
+ * message produce its outcome again, with the same event id). */
+int state_published(state *st, const char *job_id, int attempt);
 
 #endif
