@@ -838,7 +838,8 @@ typedef struct prop_ent { /* one cache line */
     node *schema;     /* from properties, or NULL */
     uint64_t reqbit;  /* 1 << req when 0 <= req < 64, else 0 */
     int32_t req;      /* index in required, or -1 */
-    uint32_t ord;     /* index in node.ordv, when schema != NULL */
+    uint32_t ord : 31;   /* index in node.ordv, when schema != NULL */
+    uint32_t plain : 1;  /* no '~' or '/' in name: a path takes it as it is */
     char iname[16];   /* short names in place: one memory access less */
 } prop_ent;
 
@@ -1773,6 +1774,7 @@ static prop_ent *props_add(cctx *c, node *n, const char *name)
         e->h = h;
         e->len = len;
         e->req = -1;
+        e->plain = strpbrk(name, "~/") == NULL;
     }
     return e;
 }
@@ -2728,7 +2730,7 @@ typedef struct vrec {
 
 typedef struct pathseg {
     const char *key; /* NULL: array index */
-    size_t idx;
+    size_t idx;      /* key: its length + 1 when known to need no escaping, else 0 */
     size_t end; /* where its text ends in vctx.pbuf, once rendered */
 } pathseg;
 
@@ -2749,6 +2751,7 @@ typedef struct vctx {
     char *sp;       /* scratch memory: next free byte */
     size_t sleft;   /* bytes left at sp */
     vchunk *chunks; /* heap chunks of the scratch memory */
+    char *blk;      /* reporting pass: the caller's output block (see out_block_open) */
     const cJSON *str_inst; /* cache: last string checked */
     const char *str_ptr;
     long long str_cps;
@@ -2788,6 +2791,19 @@ static inline void push_key(vctx *c, const char *key)
             c->prend = c->npath;
         c->path[c->npath].key = key;
         c->path[c->npath++].idx = 0;
+    }
+}
+
+/* push_key for a member matched by a `properties` entry: its name's
+ * length and escaping are known from the schema, so rendering the path
+ * does not scan the key. */
+static inline void push_prop(vctx *c, const char *key, const prop_ent *pe)
+{
+    if (c->record) {
+        if (c->prend > c->npath)
+            c->prend = c->npath;
+        c->path[c->npath].key = key;
+        c->path[c->npath++].idx = pe->plain ? pe->len + 1 : 0;
     }
 }
 
@@ -2910,8 +2926,11 @@ static size_t path_render(vctx *c)
         if (s->key) {
             const char *key = s->key;
             size_t kl = 0; /* keys are short: no strcspn call */
-            while (key[kl] && key[kl] != '~' && key[kl] != '/')
-                kl++;
+            if (s->idx)
+                kl = s->idx - 1;
+            else
+                while (key[kl] && key[kl] != '~' && key[kl] != '/')
+                    kl++;
             if (!key[kl]) { /* nothing to escape (the usual case) */
                 if (o + kl >= cap)
                     goto too_long;
@@ -2978,6 +2997,8 @@ static void scratch_free(vctx *c)
         k = next;
     }
     c->chunks = NULL;
+    free(c->blk); /* NULL once handed to the caller */
+    c->blk = NULL;
     if (c->recs != c->recs_inl)
         free(c->recs);
     c->recs = NULL;
@@ -4071,7 +4092,7 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
                 } else if (pe->schema->boolean == B_FALSE) {
                     r = unexpected(c, pe->schema, m);
                 } else {
-                    push_key(c, m->string);
+                    push_prop(c, m->string, pe);
                     r = eval_child(c, pe->schema, m);
                     pop_path(c);
                 }
@@ -5048,6 +5069,7 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->sp = (char *)c->scratch_inl;
     c->sleft = sizeof c->scratch_inl;
     c->chunks = NULL;
+    c->blk = NULL;
     c->str_inst = NULL;
     c->rx_miss_re = NULL;
     c->rx_calls = 0;
@@ -5107,6 +5129,45 @@ static schema_violation *pack_output(const vrec *recs, size_t n)
     return items;
 }
 
+/* The output block: a reporting pass writes the strings of its violations
+ * straight into the block it hands to the caller, after room for the
+ * items, instead of copying them there at the end.  Records undone while
+ * comparing anyOf/oneOf branches leave unused bytes behind; a pass whose
+ * strings outgrow the block (or that keeps more items than it has room
+ * for) goes on in heap chunks and is copied by pack_output() as before. */
+#define OUT_ITEMS_MAX 32
+#define OUT_BLOCK_BYTES 6144
+
+static size_t out_items_room(const vctx *c)
+{
+    return c->s->max_violations < OUT_ITEMS_MAX ? c->s->max_violations : OUT_ITEMS_MAX;
+}
+
+static void out_block_open(vctx *c)
+{
+    size_t res = out_items_room(c) * sizeof(schema_violation);
+    c->blk = malloc(OUT_BLOCK_BYTES);
+    if (!c->blk)
+        return; /* the scratch memory in the context does */
+    c->sp = c->blk + res;
+    c->sleft = OUT_BLOCK_BYTES - res;
+}
+
+/* The caller's items: the block when every string is in it, else a copy
+ * (the block is freed then).  NULL when out of memory. */
+static schema_violation *out_block_close(vctx *c, size_t keep)
+{
+    if (!c->blk)
+        return pack_output(c->recs, keep);
+    if (c->chunks || keep > out_items_room(c))
+        return pack_output(c->recs, keep); /* scratch_free() frees the block */
+    schema_violation *items = (schema_violation *)(void *)c->blk;
+    for (size_t i = 0; i < keep; i++)
+        items[i] = c->recs[i].v;
+    c->blk = NULL;
+    return items;
+}
+
 static void set_limit_violation(schema_violations *out, const char *msg)
 {
     schema_violations_clear(out);
@@ -5140,6 +5201,7 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
         return -1;
     }
     vctx_init(&c, s, 1);
+    out_block_open(&c);
     r = eval(&c, s->root, instance, NULL);
     if (r < 0) {
         /* The first pass proved the instance invalid before reaching the
@@ -5186,7 +5248,7 @@ int schema_validate(const schema *s, const cJSON *instance, schema_violations *o
         c.recs[c.nrec - 1] = tmp;
     }
     schema_violations_clear(out);
-    out->items = keep ? pack_output(c.recs, keep) : NULL;
+    out->items = keep ? out_block_close(&c, keep) : NULL;
     if (keep && !out->items)
         keep = 0;
     out->count = keep;

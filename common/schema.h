@@ -87,8 +87,10 @@ typedef struct schema_options {
  *   bitsets/hashes on large inputs (unevaluated* over more than 64 members
  *   or items, uniqueItems over more than 32 items, more than 64 required
  *   names); with out, an invalid instance costs one allocation for the
- *   list, plus scratch memory when the violations found take more than
- *   about 4 KB or number more than 32.  It is bounded to 512 nested schema
+ *   list (6 KB: the violations' strings are written into it as they are
+ *   found), plus scratch memory and a copy into a block of the exact size
+ *   when the violations found take more than about 4.5 KB or more than 32
+ *   are kept.  It is bounded to 512 nested schema
  *   evaluations and needs under 256 KB of stack at that depth. */
 typedef struct schema_violation {
     char *path;             /* instance location, JSON Pointer ("" = root) */

@@ -37,6 +37,14 @@ Prints a table (Retort's figures, and each other's time as a multiple of
 Retort's) and merges the key "validation" into bench-results.json (other
 keys are kept).
 
+Retort and ajv are timed in SESSIONS sessions each (3; 1 with
+BENCH_QUICK), their processes taking turns (retort, ajv, retort, ajv, ...),
+each session SECS / SESSIONS per case: this machine's load comes and goes
+over seconds, and one stretch per validator let a disturbance land on one
+of them only.  Their figures are the median session; the session-by-session
+ratios (ajv's time over Retort's in the neighbouring sessions) are printed
+and stored too.
+
 Environment: BENCH_QUICK=1 times each case for 0.2 s instead of 1 s,
 BENCH_FORMATS=assert (see above), BENCH_RESULTS=PATH writes elsewhere than
 bench-results.json, BENCH_SCHEMA_BIN=PATH measures another bench-schema
@@ -59,6 +67,7 @@ NPM_DIR = os.path.abspath(os.environ.get("AJV_NPM_DIR") or os.path.join(BUILD, "
 RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(REPO, "bench-results.json")
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 SECS = 0.2 if QUICK else 1.0
+SESSIONS = 1 if QUICK else 3
 FORMATS = os.environ.get("BENCH_FORMATS", "annotation")
 if FORMATS not in ("annotation", "assert"):
     sys.exit("BENCH_FORMATS must be 'annotation' or 'assert', not %r" % FORMATS)
@@ -127,8 +136,8 @@ def figures(compile_time_us, ns):
 
 # ------------------------------------------------------------- validators
 
-def run_retort(dump_info):
-    args = [BENCH_BIN] + (["--format-assert"] if ASSERT_FORMATS else []) + [str(SECS)]
+def run_retort(dump_info, secs=SECS):
+    args = [BENCH_BIN] + (["--format-assert"] if ASSERT_FORMATS else []) + [str(secs)]
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode != 0:   # it exits 1 when an answer is not the expected one
         raise RuntimeError("%s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr.strip()))
@@ -280,7 +289,7 @@ def run_fastjsonschema(schema7, valid, invalid, notes):
     return out
 
 
-def run_ajv(dump_dir):
+def run_ajv(dump_dir, secs=SECS):
     """(result, None) or (None, reason it was skipped)"""
     node = os.environ.get("NODE") or shutil.which("node")
     if not node:
@@ -289,7 +298,7 @@ def run_ajv(dump_dir):
         return None, "ajv not installed in %s (`make bench-npm`; see %s/install.log)" % (NPM_DIR, NPM_DIR)
     if ASSERT_FORMATS and not os.path.isfile(os.path.join(NPM_DIR, "node_modules", "ajv-formats", "package.json")):
         return None, "ajv-formats not installed in %s (needed for BENCH_FORMATS=assert)" % NPM_DIR
-    args = [node, AJV_JS, dump_dir, "--npm", NPM_DIR, "--secs", str(SECS)] + (["--formats"] if ASSERT_FORMATS else [])
+    args = [node, AJV_JS, dump_dir, "--npm", NPM_DIR, "--secs", str(secs)] + (["--formats"] if ASSERT_FORMATS else [])
     p = subprocess.run(args, capture_output=True, text=True)
     try:
         r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -357,6 +366,28 @@ def table(res, order):
     return lines
 
 
+def timed_keys():
+    return ["compile_us"] + [c + "_ns" for c, _ in CASES]
+
+
+def median_session(runs):
+    """one result from the results of several sessions: each timed figure
+    is the median of the sessions' (the rest as the first session had it;
+    the answers are checked to be the same in every session)"""
+    out = dict(runs[0])
+    for r in runs[1:]:
+        for k in ("valid_result", "invalid_result", "invalid_violations"):
+            if r.get(k) != out.get(k):
+                raise RuntimeError("%s differs between sessions: %r, %r" % (k, out.get(k), r.get(k)))
+    for k in timed_keys():
+        xs = sorted(r[k] for r in runs if r.get(k) is not None)
+        out[k] = xs[len(xs) // 2] if xs else None
+        if k.endswith("_ns"):
+            out[k[:-3] + "_per_s"] = None if out[k] is None else round(1e9 / out[k])
+    out["sessions"] = [{k: r.get(k) for k in timed_keys()} for r in runs]
+    return out
+
+
 def merge_results(key, value):
     """read RESULTS (if any), set key, write it back atomically"""
     data = {}
@@ -398,19 +429,40 @@ def main():
         valid, invalid = load("valid.json"), load("invalid.json")
         log("== validation benchmark: %.1f s per case, format %s in every validator"
             % (SECS, "ASSERTED" if ASSERT_FORMATS else "an annotation (not asserted)"))
-        runners = {"retort": lambda: run_retort(dump_info),
+        # Retort's and ajv's sessions alternate (see the top of this file)
+        sessions = {"retort": [], "ajv": []}
+        ajv_out = None
+        for k in range(SESSIONS):
+            for name in ("retort", "ajv"):
+                if name == "ajv" and ajv_out is not None and ajv_out[0] is None:
+                    continue   # skipped: no point asking again
+                log("   %s (session %d of %d) ..." % (name, k + 1, SESSIONS))
+                try:
+                    if name == "retort":
+                        sessions[name].append(run_retort(dump_info, SECS / SESSIONS))
+                    else:
+                        ajv_out = run_ajv(dump_dir, SECS / SESSIONS)
+                        if ajv_out[0] is not None:
+                            sessions[name].append(ajv_out[0])
+                except Exception as e:
+                    sessions[name] = e
+                    break
+        runners = {"retort": lambda: sessions["retort"],
                    "jsonschema": lambda: run_jsonschema(schema, schema7, valid, invalid, notes),
                    "fastjsonschema": lambda: run_fastjsonschema(schema7, valid, invalid, notes),
-                   "ajv": lambda: run_ajv(dump_dir)}
+                   "ajv": lambda: sessions["ajv"]}
         for name in order:
-            log("   %s ..." % name)
+            if name not in sessions:
+                log("   %s ..." % name)
             try:
                 r = runners[name]()
-                if name == "ajv":
-                    r, why = r
-                    if r is None:
-                        res[name] = {"skipped": why}
+                if isinstance(r, Exception):
+                    raise r
+                if name in sessions:
+                    if not r:
+                        res[name] = {"skipped": ajv_out[1] if ajv_out else "not run"}
                         continue
+                    r = median_session(r)
             except ImportError as e:
                 res[name] = {"skipped": "cannot import: %s" % e}
                 continue
@@ -457,8 +509,18 @@ def main():
         log(line)
     log("x = time / Retort's time for the same case (2.0x = twice as slow); "
         "/s = validations per second")
-    log("retort and ajv: the median of 5 rounds per case, the cases taking turns (a passing "
-        "disturbance weighs on every case alike); jsonschema and fastjsonschema: one stretch per case")
+    log("retort and ajv: %d sessions each, their processes taking turns, each the median of 5 rounds "
+        "per case with the cases taking turns; figures: the median session; jsonschema and "
+        "fastjsonschema: one stretch per case" % SESSIONS)
+    paired = {}
+    if "sessions" in res.get("ajv", {}):
+        for case, title in CASES:
+            k = case + "_ns"
+            xs = [ratio(a[k], r[k]) for r, a in zip(res["retort"]["sessions"], res["ajv"]["sessions"])]
+            paired[case] = xs
+            log("ajv / retort session by session, %s: %s"
+                % (title, "  ".join(fmt_num(x, "x") for x in xs)))
+    result["ratio_ajv_by_session"] = paired
     log("compile: retort schema_compile; jsonschema: constructor only (no compile step, $refs "
         "resolved lazily); fastjsonschema: code generation + exec; ajv: compile incl. metaschema check")
     log("violations: what each reports for invalid.json with all errors collected (jsonschema: "
