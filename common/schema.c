@@ -4168,6 +4168,53 @@ NOINLINE static int kw_props(vctx *c, const node *n, const cJSON *inst, evset *e
     return ok;
 }
 
+/* kw_props for a reporting pass over a node without patternProperties
+ * whose annotations nobody collects: kw_props_quiet's walk, going on after
+ * a failure and keeping the instance path.  req_out as for kw_props. */
+NOINLINE static int kw_props_rec(vctx *c, const node *n, const cJSON *inst, uint64_t *req_out)
+{
+    if (!IS_OBJECT(inst))
+        return 1;
+    uint64_t req_mask = 0;
+    int ok = 1;
+    size_t cur = 0;
+    for (const cJSON *m = inst->child; m; m = m->next) {
+        const prop_ent *pe = n->props ? member_ent(n, m->string, &cur) : NULL;
+        const node *sub = NULL;
+        if (pe) {
+            req_mask |= pe->reqbit;
+            sub = pe->schema;
+        }
+        if (!sub) {
+            pe = NULL; /* additionalProperties: the key as the instance has it */
+            sub = n->additional;
+            if (!sub)
+                continue;
+        }
+        int r;
+        if (sub->boolean == B_TRUE)
+            continue;
+        if (sub->boolean == B_FALSE) {
+            r = unexpected(c, sub, m);
+        } else {
+            if (pe)
+                push_prop(c, m->string, pe);
+            else
+                push_key(c, m->string);
+            r = eval_child(c, sub, m);
+            pop_path(c);
+        }
+        if (r < 0)
+            return -1;
+        ok &= r;
+    }
+    if (req_out) {
+        req_out[0] = req_mask;
+        req_out[1] = 1;
+    }
+    return ok;
+}
+
 /* kw_props for the first pass (no reporting, no annotations) of a node
  * without patternProperties: the same answer with less bookkeeping. */
 NOINLINE static int kw_props_quiet(vctx *c, const node *n, const cJSON *inst)
@@ -4864,7 +4911,7 @@ NOINLINE static int props_with_required(vctx *c, const node *n, const cJSON *ins
     if (cap0 > mark + n->n_required) {
         uint64_t seen[2] = { 0, 0 };
         c->store_cap = cap0 - n->n_required;
-        int rp = kw_props(c, n, inst, ev, seen);
+        int rp = !ev && !n->n_pats ? kw_props_rec(c, n, inst, seen) : kw_props(c, n, inst, ev, seen);
         if (rp >= 0 && seen[1] && c->dropped == dropped0) {
             if (seen[0] == n->req_all) {
                 c->store_cap = cap0;
@@ -4941,8 +4988,8 @@ static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
         case K_PROPS:
             if (!IS_OBJECT(inst))
                 r = 1;
-            else if (!c->record && !use && !n->n_pats)
-                r = kw_props_quiet(c, n, inst);
+            else if (!use && !n->n_pats)
+                r = c->record ? kw_props_rec(c, n, inst, NULL) : kw_props_quiet(c, n, inst);
             else
                 r = kw_props(c, n, inst, use, NULL);
             break;
