@@ -468,54 +468,66 @@ static void on_finish(void *ud, const state_reply *r) {
     produce_outcome(j);
 }
 
-/* References j->value and j->violations rather than copying them: the
- * record lives no longer than the job. */
+/* Members of an attempt record: keys are string constants and strings the
+ * job or the worker holds are referenced, not copied (the record lives no
+ * longer than the job, and nothing changes them once it is made): half the
+ * allocations of cJSON_Add*ToObject. */
+static void rec_ref(cJSON *o, const char *key, const char *s) {
+    cJSON_AddItemToObjectCS(o, key, cJSON_CreateStringReference(s));
+}
+
+static void rec_num(cJSON *o, const char *key, double d) {
+    cJSON_AddItemToObjectCS(o, key, cJSON_CreateNumber(d));
+}
+
+/* References j->value, j->violations and the job's strings rather than
+ * copying them: the record lives no longer than the job. */
 static cJSON *attempt_record(wjob *j) {
     worker *w = j->w;
     cJSON *rec = cJSON_CreateObject();
-    cJSON_AddNumberToObject(rec, "attempt", j->job.attempt);
+    rec_num(rec, "attempt", j->job.attempt);
     const char *outcome = j->cat == DECIDE_CAT_OK ? "valid"
                           : (j->cat >= DECIDE_CAT_INVALID && j->cat <= DECIDE_CAT_CONTENT_FILTER) ? "invalid"
                                                                                                    : "error";
-    cJSON_AddStringToObject(rec, "outcome", outcome);
-    cJSON_AddStringToObject(rec, "category", decide_category_name(j->cat));
-    cJSON_AddStringToObject(rec, "decision", j->action == DECIDE_FINAL ? "final"
-                                             : j->action == DECIDE_RETRY ? "retry" : "escalate");
-    cJSON_AddStringToObject(rec, "reason", j->reason);
+    rec_ref(rec, "outcome", outcome);
+    rec_ref(rec, "category", decide_category_name(j->cat));
+    rec_ref(rec, "decision", j->action == DECIDE_FINAL ? "final" : j->action == DECIDE_RETRY ? "retry" : "escalate");
+    rec_ref(rec, "reason", j->reason);
     if (j->text && strlen(j->text) <= OUTPUT_RECORD_CAP) {
-        cJSON_AddStringToObject(rec, "output", j->text);
+        rec_ref(rec, "output", j->text);
     } else if (j->text) {
         char *capped = capped_copy(j->text, OUTPUT_RECORD_CAP);
         cJSON_AddStringToObject(rec, "output", capped ? capped : "");
         free(capped);
     } else {
-        cJSON_AddNullToObject(rec, "output");
+        cJSON_AddItemToObjectCS(rec, "output", cJSON_CreateNull());
     }
     if (j->value) {
         /* Printed once here; the final event reuses the text (a raw item
          * prints as it is). */
         cJSON *raw = cJSON_CreateRaw(NULL);
         if (raw && (raw->valuestring = jsonout_print(j->value))) {
-            cJSON_AddItemToObject(rec, "value", raw);
+            cJSON_AddItemToObjectCS(rec, "value", raw);
         } else {
             cJSON_Delete(raw);
             cJSON_AddItemReferenceToObject(rec, "value", j->value);
         }
     }
     if (j->violations) cJSON_AddItemReferenceToObject(rec, "violations", j->violations);
-    else cJSON_AddItemToObject(rec, "violations", cJSON_CreateArray());
-    cJSON *u = cJSON_AddObjectToObject(rec, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", j->ptoks);
-    cJSON_AddNumberToObject(u, "completion_tokens", j->ctoks);
-    cJSON_AddNumberToObject(u, "total_tokens", j->ptoks + j->ctoks);
-    cJSON_AddNumberToObject(rec, "latency_ms", (double)(util_mono_us() - j->start_us) / 1000.0);
-    cJSON_AddNumberToObject(rec, "llm_latency_ms", j->llm_ms);
-    cJSON_AddNumberToObject(rec, "tries", j->tries + 1);
-    if (j->error[0]) cJSON_AddStringToObject(rec, "error", j->error);
-    else cJSON_AddNullToObject(rec, "error");
-    if (j->http_status) cJSON_AddNumberToObject(rec, "http_status", j->http_status);
-    if (j->model) cJSON_AddStringToObject(rec, "model", j->model);
-    cJSON_AddStringToObject(rec, "worker", w->id);
+    else cJSON_AddItemToObjectCS(rec, "violations", cJSON_CreateArray());
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddItemToObjectCS(rec, "usage", u);
+    rec_num(u, "prompt_tokens", j->ptoks);
+    rec_num(u, "completion_tokens", j->ctoks);
+    rec_num(u, "total_tokens", j->ptoks + j->ctoks);
+    rec_num(rec, "latency_ms", (double)(util_mono_us() - j->start_us) / 1000.0);
+    rec_num(rec, "llm_latency_ms", j->llm_ms);
+    rec_num(rec, "tries", j->tries + 1);
+    if (j->error[0]) rec_ref(rec, "error", j->error);
+    else cJSON_AddItemToObjectCS(rec, "error", cJSON_CreateNull());
+    if (j->http_status) rec_num(rec, "http_status", j->http_status);
+    if (j->model) rec_ref(rec, "model", j->model);
+    rec_ref(rec, "worker", w->id);
     char ts[40];
     util_rfc3339(j->start_wall, ts, sizeof(ts));
     cJSON_AddStringToObject(rec, "started_at", ts);
