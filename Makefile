@@ -110,8 +110,10 @@ $(BUILD)/bench-curl: $(BUILD)/tests/bench_curl.o
 $(BUILD)/bench-relay: $(BUILD)/tests/bench_relay.o
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,rdkafka) $(MALLOC_LIB)
 
+# Linked like `retort` (whose `validate` and worker run the validator), with
+# its allocator.
 $(BUILD)/bench-schema: $(BUILD)/tests/bench_schema.o $(BUILD)/libretort_common.a
-	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm -lpthread
+	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm -lpthread $(MALLOC_LIB)
 
 # ajv + ajv-formats for the validation benchmark, into $(BUILD)/npm.  Never
 # fails: without node/npm or the registry, ajv is reported as skipped.

@@ -149,9 +149,20 @@ def run_retort(dump_info, secs=SECS):
                 "invalid_violations": r["invalid_violations"],
                 "invalid_errors": dump_info.get("invalid_errors", []),
                 "valid_report_ns": r.get("valid_report_ns"), "uneval_ns": r.get("uneval_ns"),
+                "tcmalloc": linked_tcmalloc(BENCH_BIN),
                 "how": "schema_compile(NULL, doc, %s); schema_validate(s, inst, NULL | &violations)"
                        % ("{.format_assert = 1}" if ASSERT_FORMATS else "NULL")})
     return out
+
+
+def linked_tcmalloc(path):
+    """whether the binary at path is linked with tcmalloc (as `make` links it
+    unless MALLOC=libc)"""
+    try:
+        p = subprocess.run(["ldd", path], capture_output=True, text=True)
+    except OSError:
+        return None
+    return "tcmalloc" in p.stdout
 
 
 def json_path(parts):
@@ -521,6 +532,8 @@ def main():
             log("ajv / retort session by session, %s: %s"
                 % (title, "  ".join(fmt_num(x, "x") for x in xs)))
     result["ratio_ajv_by_session"] = paired
+    log("retort: bench-schema is linked like the retort binary (MALLOC=%s in the Makefile)"
+        % ("libc" if not res["retort"].get("tcmalloc") else "tcmalloc"))
     log("compile: retort schema_compile; jsonschema: constructor only (no compile step, $refs "
         "resolved lazily); fastjsonschema: code generation + exec; ajv: compile incl. metaschema check")
     log("violations: what each reports for invalid.json with all errors collected (jsonschema: "
