@@ -65,19 +65,6 @@ static int param_skipped(const char *name) {
     return !name || !strcmp(name, "model") || !strcmp(name, "messages") || !strcmp(name, "stream");
 }
 
-static void merge_params(cJSON *body, const cJSON *params, int anthropic) {
-    const cJSON *p;
-    cJSON_ArrayForEach(p, params) {
-        if (param_skipped(p->string)) continue;
-        const char *name = p->string;
-        /* max_completion_tokens is OpenAI's newer spelling; Anthropic only
-         * knows max_tokens. */
-        if (anthropic && !strcmp(name, "max_completion_tokens")) name = "max_tokens";
-        cJSON_DeleteItemFromObjectCaseSensitive(body, name);
-        cJSON_AddItemToObject(body, name, cJSON_Duplicate(p, 1));
-    }
-}
-
 static void schema_name_copy(char *dst, size_t len, const char *src) {
     size_t i = 0;
     for (; src && src[i] && i + 1 < len && i < 64; i++)
@@ -88,6 +75,11 @@ static void schema_name_copy(char *dst, size_t len, const char *src) {
 
 /* Appends a printed cJSON value. */
 static int append_json(sbuf *b, const cJSON *v) { return jsonout_value(b, v); }
+
+/* Appends ,"name":v (a param written at the top level). */
+static int append_member(sbuf *b, const char *name, const cJSON *v) {
+    return sbuf_puts(b, ",") || sbuf_json_string(b, name, strlen(name)) || sbuf_puts(b, ":") || append_json(b, v);
+}
 
 /* The body is written as text rather than built as a cJSON tree: the
  * schema (the largest part) is printed once per schema by the caller
@@ -121,9 +113,7 @@ static char *build_openai(const llm_api_request *req) {
     const cJSON *p;
     cJSON_ArrayForEach(p, req->params) {
         if (param_skipped(p->string)) continue;
-        if (sbuf_puts(&b, ",") || sbuf_json_string(&b, p->string, strlen(p->string)) || sbuf_puts(&b, ":") ||
-            append_json(&b, p))
-            goto cleanup;
+        if (append_member(&b, p->string, p)) goto cleanup;
     }
     if (sbuf_puts(&b, "}")) goto cleanup;
     out = sbuf_take(&b);
@@ -133,44 +123,79 @@ cleanup:
     return out;
 }
 
+/* The top-level name a param is written under (Anthropic only knows
+ * max_tokens for max_completion_tokens, OpenAI's newer spelling). */
+static const char *anthropic_param_name(const char *name) {
+    return !strcmp(name, "max_completion_tokens") ? "max_tokens" : name;
+}
+
+/* Whether a param after p is written under the same name: the last one
+ * wins, in its place (as replacing a member of an object moves it to the
+ * end).  p NULL: whether any param is written under name. */
+static int anthropic_param_later(const cJSON *params, const cJSON *p, const char *name) {
+    const cJSON *q = p ? p->next : params ? params->child : NULL;
+    for (; q; q = q->next)
+        if (!param_skipped(q->string) && !strcmp(anthropic_param_name(q->string), name)) return 1;
+    return 0;
+}
+
+/* As build_openai, the body is written as text: Retort's members first
+ * (those a param replaces are left out), then the params. */
 static char *build_anthropic(const llm_api_request *req) {
-    cJSON *body = cJSON_CreateObject();
-    cJSON_AddStringToObject(body, "model", req->model);
-    cJSON_AddNumberToObject(body, "max_tokens", req->default_max_tokens);
-    cJSON *msgs = cJSON_AddArrayToObject(body, "messages");
-    char *system = NULL;
-    size_t system_len = 0;
+    sbuf b = {0};
+    sbuf sys = {0};
+    char *schema_owned = NULL;
+    char *out = NULL;
+    const cJSON *params = req->params;
+    int with_of = req->schema && llm_api_sends_schema(req->provider, req->response_format) &&
+                  !anthropic_param_later(params, NULL, "output_format");
+    if (sbuf_reserve(&b, 2048 + (with_of && req->schema_json ? strlen(req->schema_json) : 0))) goto cleanup;
+    if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model))) goto cleanup;
+    if (!anthropic_param_later(params, NULL, "max_tokens") &&
+        (sbuf_puts(&b, ",\"max_tokens\":") || jsonout_number(&b, req->default_max_tokens)))
+        goto cleanup;
+    /* Anthropic takes the system prompt at the top level: the system
+     * messages' texts, joined by a blank line. */
+    if (sbuf_puts(&b, ",\"messages\":[")) goto cleanup;
+    int first = 1;
     const cJSON *m;
     cJSON_ArrayForEach(m, req->messages) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) {
-            if (cJSON_IsString(content)) {
-                size_t n = strlen(content->valuestring);
-                char *p = realloc(system, system_len + n + 3);
-                if (!p) continue;
-                system = p;
-                if (system_len) { memcpy(system + system_len, "\n\n", 2); system_len += 2; }
-                memcpy(system + system_len, content->valuestring, n + 1);
-                system_len += n;
-            }
+            if (cJSON_IsString(content) &&
+                ((sys.len && sbuf_puts(&sys, "\n\n")) || sbuf_puts(&sys, content->valuestring)))
+                goto cleanup;
             continue;
         }
-        cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, 1));
+        if ((!first && sbuf_puts(&b, ",")) || jsonout_value(&b, m)) goto cleanup;
+        first = 0;
     }
-    if (system) {
-        cJSON_AddStringToObject(body, "system", system);
-        free(system);
+    if (sbuf_puts(&b, "]")) goto cleanup;
+    if (sys.len && !anthropic_param_later(params, NULL, "system") &&
+        (sbuf_puts(&b, ",\"system\":") || sbuf_json_string(&b, sys.data, sys.len)))
+        goto cleanup;
+    if (with_of) {
+        const char *schema_json = req->schema_json;
+        if (!schema_json && !(schema_json = schema_owned = jsonout_print(req->schema))) goto cleanup;
+        if (sbuf_puts(&b, ",\"output_format\":{\"type\":\"json_schema\",\"schema\":") ||
+            sbuf_puts(&b, schema_json) || sbuf_puts(&b, "}"))
+            goto cleanup;
     }
-    if (req->schema && llm_api_sends_schema(req->provider, req->response_format)) {
-        cJSON *of = cJSON_AddObjectToObject(body, "output_format");
-        cJSON_AddStringToObject(of, "type", "json_schema");
-        cJSON_AddItemToObject(of, "schema", cJSON_Duplicate(req->schema, 1));
+    const cJSON *p;
+    cJSON_ArrayForEach(p, params) {
+        if (param_skipped(p->string)) continue;
+        const char *name = anthropic_param_name(p->string);
+        if (anthropic_param_later(params, p, name)) continue;
+        if (append_member(&b, name, p)) goto cleanup;
     }
-    merge_params(body, req->params, 1);
-    char *s = jsonout_print(body);
-    cJSON_Delete(body);
-    return s;
+    if (sbuf_puts(&b, "}")) goto cleanup;
+    out = sbuf_take(&b);
+cleanup:
+    sbuf_free(&b);
+    sbuf_free(&sys);
+    free(schema_owned);
+    return out;
 }
 
 char *llm_api_build_body(const llm_api_request *req) {

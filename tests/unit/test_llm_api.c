@@ -197,6 +197,54 @@ static void test_build_bodies(void **s) {
     cJSON_Delete(params);
 }
 
+/* The Anthropic body, byte for byte: system messages joined at the top
+ * level, max_completion_tokens written as max_tokens, a param replacing
+ * Retort's member of the same name (the last one of a name wins, in its
+ * place), model/messages/stream params ignored, the schema in
+ * output_format only when sent. */
+static void anthropic_body_is(const char *msgs, const char *params, const char *schema_text, llm_response_format rf,
+                              int max_tokens, const char *want) {
+    cJSON *m = cJSON_Parse(msgs), *p = params ? cJSON_Parse(params) : NULL, *sch = schema_text ? cJSON_Parse(schema_text) : NULL;
+    llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", m, p, sch, "inv", rf, max_tokens, NULL, 0};
+    char *body = llm_api_build_body(&r);
+    assert_string_equal(body, want);
+    free(body);
+    /* the schema printed once per schema by the caller gives the same body */
+    if (sch) {
+        char *printed = cJSON_PrintUnformatted(sch);
+        r.schema_json = printed;
+        body = llm_api_build_body(&r);
+        assert_string_equal(body, want);
+        free(body);
+        free(printed);
+    }
+    cJSON_Delete(m);
+    cJSON_Delete(p);
+    cJSON_Delete(sch);
+}
+
+static void test_anthropic_body(void **s) {
+    (void)s;
+    const char *msgs = "[{\"role\":\"system\",\"content\":\"S1\"},{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},"
+                       "{\"role\":\"system\",\"content\":\"S2\"},{\"role\":\"assistant\",\"content\":\"A\"},"
+                       "{\"role\":\"system\",\"content\":[1]}]";
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}";
+    anthropic_body_is(msgs,
+                      "{\"temperature\":0.5,\"max_completion_tokens\":77,\"system\":\"override\",\"top_k\":3,"
+                      "\"max_tokens\":99,\"model\":\"no\",\"stream\":true}",
+                      sch, LLM_RF_ON, 1024,
+                      "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}},\"temperature\":0.5,\"system\":\"override\",\"top_k\":3,\"max_tokens\":99}");
+    anthropic_body_is("[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, sch, LLM_RF_AUTO, 512,
+                      "{\"model\":\"claude-x\",\"max_tokens\":512,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    anthropic_body_is(msgs, "{\"output_format\":{\"type\":\"json_schema\",\"schema\":{}},\"temperature\":1}", sch,
+                      LLM_RF_ON, 1024,
+                      "{\"model\":\"claude-x\",\"max_tokens\":1024,\"messages\":[{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"system\":\"S1\\n\\nS2\",\"output_format\":{\"type\":\"json_schema\",\"schema\":{}},\"temperature\":1}");
+    anthropic_body_is(msgs, "{\"max_tokens\":5,\"temperature\":1,\"max_completion_tokens\":7}", NULL, LLM_RF_ON, 1024,
+                      "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"system\":\"S1\\n\\nS2\",\"temperature\":1,\"max_tokens\":7}");
+    anthropic_body_is("[]", "{}", sch, LLM_RF_ON, 0,
+                      "{\"model\":\"claude-x\",\"max_tokens\":0,\"messages\":[],\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}}}");
+}
+
 static void test_reflection_prompt(void **s) {
     (void)s;
     cJSON *v = cJSON_Parse("[{\"path\":\"/price\",\"code\":\"WRONG_TYPE\",\"message\":\"must be a number\","
@@ -249,7 +297,7 @@ static void test_retry_conversation(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes),
+        cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
     };
