@@ -2783,15 +2783,21 @@ static inline int eval(vctx *c, const node *n, const cJSON *inst, evset *ev)
 
 /* The instance path is only needed for reports: without reporting it is
  * not maintained.  (Reporting is never switched on inside a region where
- * it is off, so pushes and pops stay paired.) */
-static inline void push_key(vctx *c, const char *key)
+ * it is off, so pushes and pops stay paired.)  key NULL: array index idx;
+ * else idx is the key's length + 1 when it needs no escaping, or 0. */
+static inline void push_seg(vctx *c, const char *key, size_t idx)
 {
     if (c->record) {
         if (c->prend > c->npath) /* the rendered text of this level is stale */
             c->prend = c->npath;
         c->path[c->npath].key = key;
-        c->path[c->npath++].idx = 0;
+        c->path[c->npath++].idx = idx;
     }
+}
+
+static inline void push_key(vctx *c, const char *key)
+{
+    push_seg(c, key, 0);
 }
 
 /* push_key for a member matched by a `properties` entry: its name's
@@ -2799,22 +2805,12 @@ static inline void push_key(vctx *c, const char *key)
  * does not scan the key. */
 static inline void push_prop(vctx *c, const char *key, const prop_ent *pe)
 {
-    if (c->record) {
-        if (c->prend > c->npath)
-            c->prend = c->npath;
-        c->path[c->npath].key = key;
-        c->path[c->npath++].idx = pe->plain ? pe->len + 1 : 0;
-    }
+    push_seg(c, key, pe->plain ? pe->len + 1 : 0);
 }
 
 static inline void push_idx(vctx *c, size_t i)
 {
-    if (c->record) {
-        if (c->prend > c->npath)
-            c->prend = c->npath;
-        c->path[c->npath].key = NULL;
-        c->path[c->npath++].idx = i;
-    }
+    push_seg(c, NULL, i);
 }
 
 static inline void pop_path(vctx *c)
@@ -5201,13 +5197,13 @@ static void out_block_open(vctx *c)
 }
 
 /* The caller's items: the block when every string is in it, else a copy
- * (the block is freed then).  NULL when out of memory. */
+ * (scratch_free() then frees the block).  NULL when out of memory. */
 static schema_violation *out_block_close(vctx *c, size_t keep)
 {
     if (!c->blk)
         return pack_output(c->recs, keep);
     if (c->chunks || keep > out_items_room(c))
-        return pack_output(c->recs, keep); /* scratch_free() frees the block */
+        return pack_output(c->recs, keep);
     schema_violation *items = (schema_violation *)(void *)c->blk;
     for (size_t i = 0; i < keep; i++)
         items[i] = c->recs[i].v;
