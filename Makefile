@@ -70,6 +70,51 @@ $(ASAN_BUILD)/%.o: %.c $(wildcard common/*.h worker/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(ASAN_FLAGS) $(WARN) $(call pc,$(WORKER_PKGS)) -c $< -o $@
 
+# The validator (common/schema*.c) is compiled with profile feedback:
+# every answer goes through it, and it is an interpreter of the compiled
+# schema whose hot branches the compiler cannot guess.  `make` builds
+# instrumented objects under $(PGO_BUILD), runs tests/pgo_train.c over the
+# corpus in tests/pgo/ (answers for schemas/output/ticket.v1 and product.v1,
+# not the bench's invoice-shaped schema), and compiles the real objects
+# with the profile; functions the training never ran are optimised as
+# without it (-fprofile-partial-training).  Same code, same tests: the unit
+# tests link these objects, the ASan build does not use a profile.  PGO=0
+# builds without (the A/B of the figures in README.md).
+PGO ?= 1
+PGO_BUILD := $(BUILD)/pgo
+PGO_SRC := $(filter common/schema%.c,$(COMMON_SRC))
+# Functions are matched to their profile by number, not by an id that
+# hashes the object's path (which differs between the two builds).
+PGO_ID := --param=profile-func-internal-id=1
+# The paths answers take (400 rounds), then the rarer keywords, only so
+# that their code counts as run (20 rounds: enough not to be laid out as
+# never run, too few to move the layout of the common paths).
+PGO_CORPUS := schemas/output/ticket.v1.json tests/pgo/ticket.v1.jsonl \
+	schemas/output/product.v1.json tests/pgo/product.v1.jsonl \
+	schemas/job.schema.json tests/pgo/job.jsonl
+PGO_COVER := tests/pgo/keywords.schema.json tests/pgo/keywords.jsonl
+ifeq ($(PGO),1)
+$(PGO_BUILD)/%.o: %.c $(wildcard common/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(WARN) -fprofile-generate -fprofile-update=single $(PGO_ID) $(call pc,$(COMMON_PKGS)) -c $< -o $@
+
+$(PGO_BUILD)/pgo-train: $(BUILD)/tests/pgo_train.o $(PGO_SRC:%.c=$(PGO_BUILD)/%.o) \
+		$(filter-out $(PGO_SRC:%.c=$(BUILD)/%.o),$(COMMON_OBJ))
+	$(CC) $(CFLAGS) -fprofile-generate -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm -lpthread
+
+# Each object's profile lands beside its instrumented object; the final
+# object looks for it beside itself, hence the copy.
+$(PGO_BUILD)/trained: $(PGO_BUILD)/pgo-train $(PGO_CORPUS) $(PGO_COVER) $(wildcard schemas/events/*.json)
+	rm -f $(PGO_SRC:%.c=$(PGO_BUILD)/%.gcda)
+	$(PGO_BUILD)/pgo-train -r schemas https://retort.dev/schemas/ $(PGO_CORPUS) -n 20 $(PGO_COVER)
+	@mkdir -p $(BUILD)/common
+	for f in $(PGO_SRC:%.c=%); do cp $(PGO_BUILD)/$$f.gcda $(BUILD)/$$f.gcda; done
+	touch $@
+
+$(PGO_SRC:%.c=$(BUILD)/%.o): $(BUILD)/%.o: %.c $(wildcard common/*.h) $(PGO_BUILD)/trained
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(WARN) -fprofile-use $(PGO_ID) $(call pc,$(COMMON_PKGS)) -c $< -o $@
+endif
+
 $(BUILD)/libretort_common.a: $(COMMON_OBJ)
 	ar rcs $@ $^
 
