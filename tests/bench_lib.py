@@ -349,10 +349,8 @@ class BenchStack(Stack):
         return ts
 
     def llm_stats_light(self):
-        with urllib.request.urlopen(self.llm_url + "/stats", timeout=10) as r:
-            d = json.loads(r.read())
-        d.pop("calls", None)
-        return d
+        with urllib.request.urlopen(self.llm_url + "/stats?calls=0", timeout=10) as r:
+            return json.loads(r.read())
 
     def proc_cpu(self):
         """CPU seconds of the infrastructure processes, of everything this

@@ -414,6 +414,10 @@ def test_stats_count_by_job_and_attempt(base):
     assert s["calls"] == {"j1:1": 2, "j1:2": 1, "j2:1": 1}
     assert s["requests"] == 5 and s["by_status"] == {"200": 4, "500": 1}
     assert s["cpu_user_s"] >= 0 and s["cpu_sys_s"] >= 0
+    st, _, light, _ = call(base, "/stats?calls=0")  # what the bench's sampler polls
+    assert st == 200 and "calls" not in light
+    assert light["requests"] == 5 and light["by_status"] == {"200": 4, "500": 1}
+    assert call(base, "/stats?calls=1")[2]["calls"] == s["calls"]
     call(base, "/stats/reset", b"", method="POST")
     s = call(base, "/stats")[2]
     assert s["requests"] == 0 and s["calls"] == {} and s["by_status"] == {}
