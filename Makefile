@@ -124,7 +124,7 @@ $(BUILD)/retort: $(BUILD)/worker/main.o $(WORKER_OBJ) $(BUILD)/libretort_common.
 $(BUILD)/retort-worker: $(BUILD)/retort
 	ln -sf retort $@
 
-$(BUILD)/mock-llm: $(BUILD)/tests/mock_llm.o
+$(BUILD)/mock-llm: $(BUILD)/tests/mock_llm.o $(BUILD)/common/jsonout.o $(BUILD)/common/util.o
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,libmicrohttpd libcjson libpcre2-8) -lpthread -lm $(MALLOC_LIB)
 
 $(BUILD)/mock-kafka: $(BUILD)/tests/mock_kafka.o

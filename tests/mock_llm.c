@@ -74,6 +74,8 @@
 #include <microhttpd.h>
 #include <pcre2.h>
 
+#include "jsonout.h" /* cJSON_PrintUnformatted's bytes, without its sprintf + sscanf per number */
+
 #define MAX_BODY (8u << 20)  /* larger uploads are answered with 413 */
 #define MAX_DEPTH 16         /* generator recursion limit */
 #define HANG_RECHECK_MS 1000 /* how often a hanging request checks its peer */
@@ -143,13 +145,13 @@ static uint64_t hash_child(uint64_t h, uint64_t k)
 /* ------------------------------------------------------------------------ */
 /* growable string buffer                                                   */
 
-typedef struct sbuf {
+typedef struct mbuf {
     char *p;
     size_t n, cap;
     int oom;
-} sbuf;
+} mbuf;
 
-static void sb_reserve(sbuf *b, size_t extra)
+static void sb_reserve(mbuf *b, size_t extra)
 {
     size_t want = b->n + extra + 1;
     char *np;
@@ -169,7 +171,7 @@ static void sb_reserve(sbuf *b, size_t extra)
     b->cap = want;
 }
 
-static void sb_add(sbuf *b, const char *s, size_t n)
+static void sb_add(mbuf *b, const char *s, size_t n)
 {
     sb_reserve(b, n);
     if (b->oom)
@@ -179,12 +181,12 @@ static void sb_add(sbuf *b, const char *s, size_t n)
     b->p[b->n] = '\0';
 }
 
-static void sb_adds(sbuf *b, const char *s)
+static void sb_adds(mbuf *b, const char *s)
 {
     sb_add(b, s, strlen(s));
 }
 
-static void sb_addc(sbuf *b, char c)
+static void sb_addc(mbuf *b, char c)
 {
     sb_add(b, &c, 1);
 }
@@ -445,7 +447,7 @@ static int rx_match(const char *pat, const char *str)
  * backreferences make it give up; the result is always checked with PCRE2. */
 typedef struct rxgen {
     const char *p, *end;
-    sbuf out;
+    mbuf out;
     long stretch; /* >0: unbounded quantifiers repeat up to this */
     uint64_t h;
     int fail;
@@ -453,7 +455,7 @@ typedef struct rxgen {
 
 static void rx_alternation(rxgen *x);
 
-static void rx_emit_utf8(sbuf *b, unsigned long cp)
+static void rx_emit_utf8(mbuf *b, unsigned long cp)
 {
     char u[4];
 
@@ -1228,7 +1230,7 @@ static cJSON *gen_string(const cJSON *s, uint64_t h)
     const cJSON *fmt = obj_get(s, "format"), *pat = obj_get(s, "pattern");
     long minl = get_long(s, "minLength", 0), maxl = get_long(s, "maxLength", -1);
     char base[128];
-    sbuf b = {0};
+    mbuf b = {0};
     cJSON *out;
 
     if (cJSON_IsString(pat)) {
@@ -1787,7 +1789,7 @@ static cJSON *invalid_value_for(const cJSON *s)
     }
     if (cn) {
         if (cJSON_IsString(cn)) {
-            sbuf b = {0};
+            mbuf b = {0};
             cJSON *o;
 
             sb_adds(&b, cn->valuestring);
@@ -1947,7 +1949,7 @@ static void apply_defect(gen *g, cJSON *inst, const cJSON *root_eff, const direc
 enum api { API_OPENAI, API_ANTHROPIC };
 
 /* Appends the text of a message content (string or blocks) to b. */
-static void content_text(const cJSON *c, sbuf *b)
+static void content_text(const cJSON *c, mbuf *b)
 {
     const cJSON *it;
 
@@ -1969,7 +1971,7 @@ static void content_text(const cJSON *c, sbuf *b)
 }
 
 typedef struct chat {
-    sbuf first_user, last_user, system_schema_src;
+    mbuf first_user, last_user, system_schema_src;
     size_t content_bytes;
     int attempt;
     int have_user;
@@ -2000,7 +2002,7 @@ static void chat_read(const cJSON *req, enum api api, chat *c)
     }
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = obj_get(m, "role");
-        sbuf t = {0};
+        mbuf t = {0};
 
         content_text(obj_get(m, "content"), &t);
         c->content_bytes += t.n;
@@ -2109,7 +2111,7 @@ static void error_body(answer *a, enum api api, unsigned status, const char *msg
             cJSON_AddNullToObject(e, "code");
     }
     free(a->body);
-    a->body = cJSON_PrintUnformatted(o);
+    a->body = jsonout_print(o);
     cJSON_Delete(o);
 }
 
@@ -2123,7 +2125,7 @@ static void plain_invalid_request(answer *a, enum api api)
         cJSON_ReplaceItemInObjectCaseSensitive(e, "code", cJSON_CreateNull());
     if (o) {
         free(a->body);
-        a->body = cJSON_PrintUnformatted(o);
+        a->body = jsonout_print(o);
         cJSON_Delete(o);
     }
 }
@@ -2205,7 +2207,7 @@ static void success_body(answer *a, enum api api, const cJSON *req, const char *
         cJSON_AddNumberToObject(u, "total_tokens", (double)(pt + ct));
     }
     free(a->body);
-    a->body = cJSON_PrintUnformatted(o);
+    a->body = jsonout_print(o);
     cJSON_Delete(o);
 }
 
@@ -2339,10 +2341,10 @@ static void llm_answer(const llm_in *in, answer *a)
     if (active && (d.defect == D_MISSING_FIELD || d.defect == D_WRONG_TYPE || d.defect == D_INVALID_VALUE ||
                    d.defect == D_EXTRA_FIELD))
         apply_defect(&g, inst, root_eff, &d, ptr, sizeof(ptr));
-    printed = cJSON_PrintUnformatted(inst);
+    printed = jsonout_print(inst);
     text = printed ? printed : "{}";
     if (active) {
-        sbuf b = {0};
+        mbuf b = {0};
 
         switch (d.defect) {
         case D_NOT_JSON: text = NOT_JSON_TEXT; break;
