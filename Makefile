@@ -74,12 +74,16 @@ $(ASAN_BUILD)/%.o: %.c $(wildcard common/*.h worker/*.h)
 # every answer goes through it, and it is an interpreter of the compiled
 # schema whose hot branches the compiler cannot guess.  `make` builds
 # instrumented objects under $(PGO_BUILD), runs tests/pgo_train.c over the
-# corpus in tests/pgo/ (answers for schemas/output/ticket.v1 and product.v1,
-# not the bench's invoice-shaped schema), and compiles the real objects
-# with the profile; functions the training never ran are optimised as
-# without it (-fprofile-partial-training).  Same code, same tests: the unit
-# tests link these objects, the ASan build does not use a profile.  PGO=0
-# builds without (the A/B of the figures in README.md).
+# corpus in tests/pgo/ (answers with and without mistakes for
+# schemas/output/ticket.v1 and product.v1 and job envelopes; not the
+# bench's invoice-shaped schema), and compiles the real objects with the
+# profile.  Code the training never runs is laid out as cold and compiled
+# for size, so the corpus also runs every keyword, format and report path
+# (tests/pgo/keywords.schema.json, at a low weight); -fprofile-partial-
+# training would spare it, but also gave back half the gain of the full
+# violation report.  Same code, same tests: the unit tests link these
+# objects; the ASan build and the fuzzer use no profile.  PGO=0 builds
+# without (the A/B of the figures in README.md).
 PGO ?= 1
 PGO_BUILD := $(BUILD)/pgo
 PGO_SRC := $(filter common/schema%.c,$(COMMON_SRC))
@@ -88,7 +92,7 @@ PGO_SRC := $(filter common/schema%.c,$(COMMON_SRC))
 PGO_ID := --param=profile-func-internal-id=1
 # The paths answers take (400 rounds), then the rarer keywords, only so
 # that their code counts as run (20 rounds: enough not to be laid out as
-# never run, too few to move the layout of the common paths).
+# cold, too few to move the layout of the common paths).
 PGO_CORPUS := schemas/output/ticket.v1.json tests/pgo/ticket.v1.jsonl \
 	schemas/output/product.v1.json tests/pgo/product.v1.jsonl \
 	schemas/job.schema.json tests/pgo/job.jsonl

@@ -10,7 +10,8 @@ instance, as in repair attempts.  The schemas: two output schemas of
 schemas/output/ (ticket.v1, product.v1), the job envelope every message
 is checked against (schemas/job.schema.json; a retry job carries
 violations) and tests/pgo/keywords.schema.json, the keywords the others
-do not use (so that no part of the validator is laid out as never run).
+do not use (so that no part of the validator is laid out as never run),
+with FIXED mistakes besides the random ones.
 invoice.v1 is left out on purpose: the bench's schema is shaped like it,
 and `make bench-schema` should measure a build that never saw it.
 The seed is fixed, so the corpus (and the build) is reproducible.
@@ -60,7 +61,29 @@ BASE = {
         "when": "2024-05-01T10:20:30Z", "day": "2024-05-01",
         "contact": "ada@example.com", "host": "api.example.com", "ip": "10.0.0.1",
         "ip6": "::1", "link": "https://example.com/a?b=c", "span": "P1DT2H",
+        "payment": {"method": "sepa", "iban": "DE89370400440532013000"},
+        "list": [1, 2], "many": [1, 2, 3], "blob": "eyJhIjoxfQ==", "ptr": "/a/b~1c",
+        "rptr": "1/a", "tmpl": "https://example.com/{id}", "idn": "b\u00fccher.example",
+        "ref": "../a#b", "re": "^[a-z]+$", "at": "10:20:30Z",
+        "uid": "123e4567-e89b-12d3-a456-426614174000",
     },
+}
+
+# Mistakes random mutation rarely makes, appended to a corpus as they are
+# (member: value, on a copy of the valid instance): the closest oneOf
+# branch (a matching discriminator with a bad member, and none matching),
+# a list over the report's cap of 32 violations, bad formats and content.
+FIXED = {
+    "keywords": [
+        {"payment": {"method": "sepa", "iban": "not an iban"}},
+        {"payment": {"method": "cash"}},
+        {"payment": {"method": "card", "last4": 12}},
+        {"many": ["x"] * 40},
+        {"list": []},
+        {"list": [1, 2, 3, 4, 5, "6"]},
+        {"blob": "not base64!", "ptr": "a/b", "rptr": "x", "tmpl": "{", "idn": "-bad-",
+         "ref": "\\", "re": "(", "at": "25:00:00Z", "uid": "nope", "when": "yesterday"},
+    ],
 }
 
 
@@ -103,6 +126,10 @@ def main():
             f.write(json.dumps(base) + "\n")
             for _ in range(40):
                 f.write(json.dumps(mutate(rng, base)) + "\n")
+            for change in FIXED.get(name, []):
+                inst = copy.deepcopy(base)
+                inst.update(change)
+                f.write(json.dumps(inst) + "\n")
 
 
 if __name__ == "__main__":
