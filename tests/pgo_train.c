@@ -115,6 +115,7 @@ int main(int argc, char **argv)
         }
         a += 3;
     }
+    int pairs = 0;
     rc = 0;
     while (a < argc && !rc) {
         if (strcmp(argv[a], "-n") == 0 && a + 1 < argc && atoi(argv[a + 1]) > 0) {
@@ -128,10 +129,13 @@ int main(int argc, char **argv)
         }
         rc = train(reg, rounds, argv[a], argv[a + 1]);
         a += 2;
+        pairs++;
     }
-    if (rc == 2 || a == 1)
+    if (rc == 2 || !pairs) {
         fprintf(stderr, "usage: %s [-r DIR BASE_URI] [-n ROUNDS] SCHEMA CORPUS.jsonl "
                         "[[-n ROUNDS] SCHEMA CORPUS.jsonl ...]\n", argv[0]);
+        rc = 2;
+    }
 out:
     schema_registry_free(reg);
     return rc;
