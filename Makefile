@@ -84,7 +84,8 @@ $(ASAN_BUILD)/%.o: %.c $(wildcard common/*.h worker/*.h)
 # violation report.  Same code, same tests: the unit tests link these
 # objects; the ASan build and the fuzzer use no profile.  PGO=0 builds
 # without (the A/B of the figures in README.md).
-PGO ?= 1
+# GCC only (its profile format and --param): another compiler builds without.
+PGO ?= $(if $(filter 1,$(shell $(CC) -v 2>&1 | grep -c '^gcc version')),1,0)
 PGO_BUILD := $(BUILD)/pgo
 PGO_SRC := $(filter common/schema%.c,$(COMMON_SRC))
 # Functions are matched to their profile by number, not by an id that

@@ -51,14 +51,20 @@ static int train(schema_registry *reg, int rounds, const char *schema_path,
         fprintf(stderr, "pgo-train: %s: cannot read\n", corpus_path);
         goto out;
     }
-    for (char *line = corpus, *nl; *line && ninst < MAX_LINES; line = nl + 1) {
+    size_t lineno = 0;
+    for (char *line = corpus, *nl; *line; line = nl + 1) {
+        lineno++;
         nl = strchr(line, '\n');
         if (!nl)
             nl = line + strlen(line) - 1;
         if (nl == line && *line == '\n')
             continue; /* a blank line */
+        if (ninst == MAX_LINES) {
+            fprintf(stderr, "pgo-train: %s: more than %d lines\n", corpus_path, MAX_LINES);
+            goto out;
+        }
         if (!(inst[ninst] = cJSON_ParseWithLength(line, (size_t)(nl - line + 1)))) {
-            fprintf(stderr, "pgo-train: %s: line %zu is not JSON\n", corpus_path, ninst + 1);
+            fprintf(stderr, "pgo-train: %s: line %zu is not JSON\n", corpus_path, lineno);
             goto out;
         }
         ninst++;
