@@ -368,8 +368,11 @@ def latency_phase(st, sc, w, res):
     # (the feeder, the broker, the fetch wait, the consumer queue and the
     # Redis claim), "work" = the attempt minus its LLM time (request
     # building, HTTP, validation), "out" = the record's Redis write and
-    # the outcome's produce call.
-    parts = {"in": [], "work": [], "out": []}
+    # the outcome's produce call.  "in" splits at the record's received_at
+    # (when the worker took the message) into "kafka" (the feeder, the
+    # broker, the fetch and librdkafka's queue) and "claim" (the wait for
+    # a job slot, none at half load, and the Redis claim).
+    parts = {"in": [], "kafka": [], "claim": [], "work": [], "out": []}
     for jid, (tp, ts, v) in lat_outs.items():
         created, recs = lat_hist.get(jid, (None, []))
         if jid not in sub or not recs:
@@ -385,6 +388,10 @@ def latency_phase(st, sc, w, res):
             t_start = parse_rfc3339_ms(recs[0]["started_at"])
             t_end = parse_rfc3339_ms(recs[0]["finished_at"])
             parts["in"].append(t_start - sub[jid])
+            if recs[0].get("received_at"):
+                t_recv = parse_rfc3339_ms(recs[0]["received_at"])
+                parts["kafka"].append(t_recv - sub[jid])
+                parts["claim"].append(t_start - t_recv)
             parts["work"].append(t_end - t_start - llm)
             parts["out"].append(ts - t_end)
     res["latency_phase"] = {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"],
@@ -398,7 +405,7 @@ def latency_phase(st, sc, w, res):
             for k, v in sorted(by_attempts.items())}
     if parts["in"]:
         res["added_latency_parts_ms"] = {
-            k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)} for k, v in parts.items()}
+            k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)} for k, v in parts.items() if v}
     res["e2e_latency_p50_ms"] = round(percentile(e2e, 50) or 0, 1)
     res["e2e_latency_p99_ms"] = round(percentile(e2e, 99) or 0, 1)
     res["llm_time_p50_ms"] = round(percentile(llm_ms, 50) or 0, 1)

@@ -81,7 +81,8 @@ typedef struct wjob {
     uv_timer_t timer;
     int tries;
     uint64_t start_us;
-    int64_t start_wall;
+    int64_t recv_wall;       /* when the message was taken from Kafka */
+    int64_t start_wall;      /* when the claim was granted */
     double llm_ms;
     long ptoks, ctoks;
     long tokens_before;      /* recorded over earlier attempts */
@@ -529,6 +530,10 @@ static cJSON *attempt_record(wjob *j) {
     if (j->model) rec_ref(rec, "model", j->model);
     rec_ref(rec, "worker", w->id);
     char ts[40];
+    /* received -> started is the wait for the Redis claim (and for the
+     * attempt this one repeats, when the message came twice). */
+    util_rfc3339(j->recv_wall, ts, sizeof(ts));
+    cJSON_AddStringToObject(rec, "received_at", ts);
     util_rfc3339(j->start_wall, ts, sizeof(ts));
     cJSON_AddStringToObject(rec, "started_at", ts);
     util_rfc3339(util_wall_ms(), ts, sizeof(ts));
@@ -965,6 +970,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     j->timer.data = j;
     j->partition = msg->partition;
     j->offset = msg->offset;
+    j->recv_wall = util_wall_ms();
     j->epoch = offsets_add(w->offs, msg->partition, msg->offset);
     j->next = w->jobs;
     if (w->jobs) w->jobs->prev = j;

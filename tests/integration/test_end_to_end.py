@@ -47,6 +47,10 @@ def test_valid_first_time(stack, envelopes):
     hist = [json.loads(x) for x in r.lrange("retort:job:{%s}:history" % jid, 0, -1)]
     assert len(hist) == 1 and hist[0]["outcome"] == "valid"
     envelopes.validate("events/attempt.schema.json", hist[0])
+    # received (taken from Kafka) <= started (claim granted) <= finished;
+    # the stamps are wall-clock milliseconds, so the same string compares
+    # in time order
+    assert hist[0]["received_at"] <= hist[0]["started_at"] <= hist[0]["finished_at"], hist[0]
     assert r.ttl("retort:job:{%s}" % jid) > 0
     # the API key was sent but never logged
     assert stack.stop_worker(w) == 0
