@@ -370,8 +370,9 @@ def latency_phase(st, sc, w, res):
     # building, HTTP, validation), "out" = the record's Redis write and
     # the outcome's produce call.  "in" splits at the record's received_at
     # (when the worker took the message) into "kafka" (the feeder, the
-    # broker, the fetch and librdkafka's queue) and "claim" (the wait for
-    # a job slot, none at half load, and the Redis claim).
+    # broker, the fetch, librdkafka's queue, and the wait for a job slot
+    # when all are busy: the worker takes a message only into a free
+    # slot) and "claim" (the Redis claim).
     parts = {"in": [], "kafka": [], "claim": [], "work": [], "out": []}
     for jid, (tp, ts, v) in lat_outs.items():
         created, recs = lat_hist.get(jid, (None, []))

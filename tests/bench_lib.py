@@ -64,21 +64,19 @@ def proc_status_kb(pid, key):
     return 0
 
 
+def machine_cpu_s():
+    """(busy, steal): CPU seconds all CPUs spent busy since boot (not idle
+    nor iowait; steal included), and those the hypervisor gave to someone
+    else while they had work ("steal": on a shared VM the programs here
+    simply stop for that long, which no local measure shows), from one
+    read of /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / CLK_TCK, (v[7] / CLK_TCK if len(v) > 7 else 0.0)
+
+
 def machine_busy_s():
-    """CPU seconds all CPUs spent busy since boot (/proc/stat, not idle
-    nor iowait; steal included)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (sum(v[:8]) - v[3] - v[4]) / CLK_TCK
-
-
-def machine_steal_s():
-    """CPU seconds the hypervisor gave this machine's CPUs to someone else
-    while they had work (/proc/stat "steal"): on a shared VM the programs
-    here simply stop for that long, which no local measure shows."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return v[7] / CLK_TCK if len(v) > 7 else 0.0
+    return machine_cpu_s()[0]
 
 
 def children_cpu_s():
@@ -372,8 +370,7 @@ class BenchStack(Stack):
         ours += sum(proc_cpu_s(w.pid) for w in self.workers)
         ours += sum(proc_cpu_s(t.proc.pid) for t in self.tails)
         d["ours"] = ours
-        d["machine"] = machine_busy_s()
-        d["steal"] = machine_steal_s()
+        d["machine"], d["steal"] = machine_cpu_s()
         return d
 
     def history(self, ids, batch=2000):
