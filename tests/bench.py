@@ -37,7 +37,15 @@ runs some parts only (a scenario by name or first letter), BENCH_WORKER=PATH
 measures another build of `retort` (A/B comparisons), BENCH_RESULTS=PATH
 writes the JSON elsewhere than bench-results.json,
 STACK_REDIS_APPENDFSYNC=everysec runs Redis with its AOF synced once a
-second instead of on every write (the default, `always`).
+second instead of on every write (the default, `always`),
+BENCH_LATENCY_DUMP=PREFIX writes each latency phase's per-job stamps to
+PREFIX.<scenario>.json (to see how the slow jobs cluster).
+
+Each latency phase starts with Redis's append-only file rewritten (the
+throughput phase left tens of MB of it; an automatic rewrite in the measured
+seconds would otherwise come or not, run by run) and reports the rewrites
+during the phase.  The job feeder sleeps between paced messages (a spin took
+most of a core from the stack on this 2-core machine).
 """
 import json
 import os
@@ -68,6 +76,7 @@ PARTITIONS = 24
 # to a real broker's latency: at 5 ms the wait alone put up to 5 ms into
 # every job's "added" latency.  The worker of the latency phase is then a
 # fresh process with that setting.
+LATENCY_DUMP = os.environ.get("BENCH_LATENCY_DUMP")
 LATENCY_FETCH_WAIT_MS = int(os.environ.get("BENCH_LATENCY_FETCH_WAIT_MS", "1"))
 
 
@@ -334,6 +343,28 @@ def outcome_table(st, ids):
     return res
 
 
+def redis_persistence(st):
+    """Redis's INFO persistence section, as a dict."""
+    return st.redis_client().info("persistence")
+
+
+def redis_compact(st, timeout=60):
+    """Rewrites Redis's append-only file now and waits for the rewrite to
+    end; returns INFO persistence after it."""
+    r = st.redis_client()
+    before = r.info("persistence")
+    if not before.get("aof_rewrite_in_progress"):
+        r.bgrewriteaof()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        info = r.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled") \
+                and info["aof_rewrites"] > before["aof_rewrites"]:
+            return info
+        time.sleep(0.05)
+    raise ScenarioFailed("redis: the AOF rewrite before the latency phase did not end in %d s" % timeout)
+
+
 def latency_phase(st, sc, w, res):
     """Jobs submitted at half the measured rate: the latency the worker adds
     = outcome event time - submission time - LLM time (Redis records)."""
@@ -353,11 +384,22 @@ def latency_phase(st, sc, w, res):
     if wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30),
                  name + " latency warm-up", w.pid) is None:
         raise ScenarioFailed("latency warm-up: %d jobs got no outcome" % warm_n)
+    # Redis rewrites its append-only file when it has doubled since the
+    # last rewrite (64 MB at least): a fork and a child writing the live
+    # set on these 2 cores.  The throughput phase has written about 3 KB of
+    # AOF a job, so without this the rewrite would land in the measured
+    # seconds or not, run by run (a_instant: p99 75 ms with it, 34 without,
+    # one run each).  Rewriting first starts every phase from a compact
+    # file; a rewrite during the phase is still counted and reported.
+    aof0 = redis_compact(st)
     log("  %s: latency phase, %d jobs at %.0f jobs/s (after %d unmeasured)" % (name, m, rate, warm_n))
     infra0, t0 = st.proc_cpu(), time.time()
     feed = st.feed(lat_docs, rate=rate)
     wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
     lat_load = contention(infra0, st.proc_cpu(), max(1e-3, time.time() - t0))
+    aof1 = redis_persistence(st)
+    lat_load["redis_aof_rewrites"] = aof1["aof_rewrites"] - aof0["aof_rewrites"]
+    lat_load["redis_aof_mb"] = round(aof1["aof_current_size"] / 1e6, 1)
     lat_outs = outcome_table(st, lat_ids)
     sub = st.topic_timestamps("retort.jobs", lat_ids)
     lat_hist = st.history(lat_ids)
@@ -374,6 +416,7 @@ def latency_phase(st, sc, w, res):
     # when all are busy: the worker takes a message only into a free
     # slot) and "claim" (the Redis claim).
     parts = {"in": [], "kafka": [], "claim": [], "work": [], "out": []}
+    dump = []
     for jid, (tp, ts, v) in lat_outs.items():
         created, recs = lat_hist.get(jid, (None, []))
         if jid not in sub or not recs:
@@ -395,6 +438,12 @@ def latency_phase(st, sc, w, res):
                 parts["claim"].append(t_start - t_recv)
             parts["work"].append(t_end - t_start - llm)
             parts["out"].append(ts - t_end)
+            if LATENCY_DUMP:
+                dump.append([jid, sub[jid], t_recv if recs[0].get("received_at") else None, t_start, t_end, ts, llm])
+    if LATENCY_DUMP:
+        with open("%s.%s.json" % (LATENCY_DUMP, name), "w") as f:
+            json.dump({"columns": ["job", "submitted", "received", "started", "finished", "outcome", "llm_ms"],
+                       "rows": sorted(dump, key=lambda r: r[1])}, f)
     res["latency_phase"] = {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"],
                             "outcomes": len(lat_outs)}
     res["latency_phase"].update(lat_load)
@@ -708,9 +757,10 @@ def targets(results):
             lp = sc[name].get("latency_phase", {})
             out["added latency p99 <= 5 ms at half load (%s)" % name] = (
                 "%s (p50 %.1f ms, p99 %.1f ms; relay floor p99 %s ms; during the phase other programs %s%% "
-                "of a core, host steal %s%%)" % (
+                "of a core, host steal %s%%, Redis AOF rewrites %s)" % (
                     "MET" if v <= 5 else "NOT MET", sc[name].get("added_latency_p50_ms", 0), v,
-                    fl.get("relay_latency_p99_ms"), lp.get("foreign_cpu_pct"), lp.get("steal_cpu_pct")))
+                    fl.get("relay_latency_p99_ms"), lp.get("foreign_cpu_pct"), lp.get("steal_cpu_pct"),
+                    lp.get("redis_aof_rewrites")))
     if "d_retry30" in sc:
         d = sc["d_retry30"]
         out["retried jobs end final (d_retry30)"] = "%s (%d final, %d escalated)" % (
