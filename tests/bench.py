@@ -39,7 +39,8 @@ writes the JSON elsewhere than bench-results.json,
 STACK_REDIS_APPENDFSYNC=everysec runs Redis with its AOF synced once a
 second instead of on every write (the default, `always`),
 BENCH_LATENCY_DUMP=PREFIX writes each latency phase's per-job stamps to
-PREFIX.<scenario>.json (to see how the slow jobs cluster).
+PREFIX.<scenario>.lat.json (.lates.json: the everysec run) to see how the
+slow jobs cluster.
 
 Each latency phase starts with Redis's append-only file rewritten (the
 throughput phase left tens of MB of it; an automatic rewrite in the measured
@@ -367,13 +368,14 @@ def redis_compact(st, timeout=60):
 
 def latency_phase(st, sc, w, res):
     """Jobs submitted at half the measured rate: the latency the worker adds
-    = outcome event time - submission time - LLM time (Redis records)."""
+    = outcome event time - submission time - LLM time (Redis records).
+    With Redis's AOF synced on every write (the default), the same jobs run
+    again with `appendfsync everysec` set on the running Redis: every job
+    waits for two Redis writes, so this pair of figures, measured minutes
+    apart on one stack, shows what the disk's fsync adds."""
     name = sc["name"]
     rate = max(5.0, res["jobs_per_s"] / 2)
     m = int(min(max(n(400), rate * 8), n(10000)))
-    lat_ids_list = ["%s-lat-%s-%06d" % (name, RUN, i) for i in range(m)]
-    lat_docs = [job_doc(jid, i, directive_for(sc, i)) for i, jid in enumerate(lat_ids_list)]
-    lat_ids = set(lat_ids_list)
     # A second and a half of the same pace first, not measured: the
     # latency worker may be a fresh process (cold connections, an empty
     # consumer queue), and a cold start's first few hundred jobs would
@@ -384,6 +386,32 @@ def latency_phase(st, sc, w, res):
     if wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30),
                  name + " latency warm-up", w.pid) is None:
         raise ScenarioFailed("latency warm-up: %d jobs got no outcome" % warm_n)
+    log("  %s: latency phase, %d jobs at %.0f jobs/s (after %d unmeasured)" % (name, m, rate, warm_n))
+    lat = latency_run(st, sc, w, "lat", rate, m)
+    res["latency_phase"] = lat.pop("phase")
+    res.update(lat)
+    policy = st.redis_client().config_get("appendfsync").get("appendfsync")
+    res["latency_phase"]["redis_appendfsync"] = policy
+    if policy == "always":
+        r = st.redis_client()
+        r.config_set("appendfsync", "everysec")
+        try:
+            log("  %s: latency phase again with Redis's appendfsync everysec" % name)
+            lat = latency_run(st, sc, w, "lates", rate, m)
+        finally:
+            r.config_set("appendfsync", policy)
+        res["latency_everysec"] = {k: lat[k] for k in ("added_latency_p50_ms", "added_latency_p99_ms",
+                                                      "added_latency_parts_ms") if k in lat}
+        res["latency_everysec"].update(lat["phase"])
+
+
+def latency_run(st, sc, w, tag, rate, m):
+    """m jobs at `rate` (the worker warm): the added latency's figures, and
+    under "phase" the run's conditions."""
+    name = sc["name"]
+    lat_ids_list = ["%s-%s-%s-%06d" % (name, tag, RUN, i) for i in range(m)]
+    lat_docs = [job_doc(jid, i, directive_for(sc, i)) for i, jid in enumerate(lat_ids_list)]
+    lat_ids = set(lat_ids_list)
     # Redis rewrites its append-only file when it has doubled since the
     # last rewrite (64 MB at least): a fork and a child writing the live
     # set on these 2 cores.  The throughput phase has written about 3 KB of
@@ -392,7 +420,6 @@ def latency_phase(st, sc, w, res):
     # one run each).  Rewriting first starts every phase from a compact
     # file; a rewrite during the phase is still counted and reported.
     aof0 = redis_compact(st)
-    log("  %s: latency phase, %d jobs at %.0f jobs/s (after %d unmeasured)" % (name, m, rate, warm_n))
     infra0, t0 = st.proc_cpu(), time.time()
     feed = st.feed(lat_docs, rate=rate)
     wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
@@ -431,36 +458,35 @@ def latency_phase(st, sc, w, res):
         if len(recs) == 1 and recs[0].get("started_at") and recs[0].get("finished_at"):
             t_start = parse_rfc3339_ms(recs[0]["started_at"])
             t_end = parse_rfc3339_ms(recs[0]["finished_at"])
+            t_recv = parse_rfc3339_ms(recs[0]["received_at"]) if recs[0].get("received_at") else None
             parts["in"].append(t_start - sub[jid])
-            if recs[0].get("received_at"):
-                t_recv = parse_rfc3339_ms(recs[0]["received_at"])
+            if t_recv is not None:
                 parts["kafka"].append(t_recv - sub[jid])
                 parts["claim"].append(t_start - t_recv)
             parts["work"].append(t_end - t_start - llm)
             parts["out"].append(ts - t_end)
-            if LATENCY_DUMP:
-                dump.append([jid, sub[jid], t_recv if recs[0].get("received_at") else None, t_start, t_end, ts, llm])
+            dump.append([jid, sub[jid], t_recv, t_start, t_end, ts, llm])
     if LATENCY_DUMP:
-        with open("%s.%s.json" % (LATENCY_DUMP, name), "w") as f:
+        with open("%s.%s.%s.json" % (LATENCY_DUMP, name, tag), "w") as f:
             json.dump({"columns": ["job", "submitted", "received", "started", "finished", "outcome", "llm_ms"],
                        "rows": sorted(dump, key=lambda r: r[1])}, f)
-    res["latency_phase"] = {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"],
-                            "outcomes": len(lat_outs)}
-    res["latency_phase"].update(lat_load)
-    res["added_latency_p50_ms"] = round(percentile(added, 50) or 0, 1)
-    res["added_latency_p99_ms"] = round(percentile(added, 99) or 0, 1)
+    out = {"phase": {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"], "outcomes": len(lat_outs)}}
+    out["phase"].update(lat_load)
+    out["added_latency_p50_ms"] = round(percentile(added, 50) or 0, 1)
+    out["added_latency_p99_ms"] = round(percentile(added, 99) or 0, 1)
     if len(by_attempts) > 1:
-        res["added_latency_by_attempts"] = {
+        out["added_latency_by_attempts"] = {
             str(k): {"jobs": len(v), "p50_ms": round(percentile(v, 50), 1), "p99_ms": round(percentile(v, 99), 1)}
             for k, v in sorted(by_attempts.items())}
     if parts["in"]:
-        res["added_latency_parts_ms"] = {
+        out["added_latency_parts_ms"] = {
             k: {"p50": round(percentile(v, 50), 1), "p99": round(percentile(v, 99), 1)} for k, v in parts.items() if v}
-    res["e2e_latency_p50_ms"] = round(percentile(e2e, 50) or 0, 1)
-    res["e2e_latency_p99_ms"] = round(percentile(e2e, 99) or 0, 1)
-    res["llm_time_p50_ms"] = round(percentile(llm_ms, 50) or 0, 1)
-    res["added_vs_nominal_llm_p50_ms"] = round(percentile(nominal_added, 50) or 0, 1)
-    res["added_vs_nominal_llm_p99_ms"] = round(percentile(nominal_added, 99) or 0, 1)
+    out["e2e_latency_p50_ms"] = round(percentile(e2e, 50) or 0, 1)
+    out["e2e_latency_p99_ms"] = round(percentile(e2e, 99) or 0, 1)
+    out["llm_time_p50_ms"] = round(percentile(llm_ms, 50) or 0, 1)
+    out["added_vs_nominal_llm_p50_ms"] = round(percentile(nominal_added, 50) or 0, 1)
+    out["added_vs_nominal_llm_p99_ms"] = round(percentile(nominal_added, 99) or 0, 1)
+    return out
 
 
 def run_scenario(sc):
@@ -638,6 +664,11 @@ def run_scenario(sc):
     if res.get("added_latency_parts_ms"):
         log("  %s: added latency by part, p50/p99 ms: %s" % (name, ", ".join(
             "%s %.1f/%.1f" % (k, v["p50"], v["p99"]) for k, v in res["added_latency_parts_ms"].items())))
+    es = res.get("latency_everysec")
+    if es:
+        log("  %s: with appendfsync everysec: added latency p50 %.1f ms p99 %.1f ms; by part: %s" % (
+            name, es["added_latency_p50_ms"], es["added_latency_p99_ms"], ", ".join(
+                "%s %.1f/%.1f" % (k, v["p50"], v["p99"]) for k, v in es.get("added_latency_parts_ms", {}).items())))
     if res.get("steady_jobs_per_s"):
         log("  %s: steady %.0f jobs/s (pipeline full); outcomes per second: %s" %
             (name, res["steady_jobs_per_s"], " ".join(str(x) for x in res.get("outcomes_per_s_by_second", []))))
@@ -757,10 +788,14 @@ def targets(results):
             lp = sc[name].get("latency_phase", {})
             out["added latency p99 <= 5 ms at half load (%s)" % name] = (
                 "%s (p50 %.1f ms, p99 %.1f ms; relay floor p99 %s ms; during the phase other programs %s%% "
-                "of a core, host steal %s%%, Redis AOF rewrites %s)" % (
+                "of a core, host steal %s%%, Redis AOF rewrites %s%s)" % (
                     "MET" if v <= 5 else "NOT MET", sc[name].get("added_latency_p50_ms", 0), v,
                     fl.get("relay_latency_p99_ms"), lp.get("foreign_cpu_pct"), lp.get("steal_cpu_pct"),
-                    lp.get("redis_aof_rewrites")))
+                    lp.get("redis_aof_rewrites"),
+                    "; the same jobs with Redis's appendfsync everysec: p50 %.1f ms, p99 %.1f ms" % (
+                        sc[name]["latency_everysec"]["added_latency_p50_ms"],
+                        sc[name]["latency_everysec"]["added_latency_p99_ms"])
+                    if sc[name].get("latency_everysec") else ""))
     if "d_retry30" in sc:
         d = sc["d_retry30"]
         out["retried jobs end final (d_retry30)"] = "%s (%d final, %d escalated)" % (
