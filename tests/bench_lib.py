@@ -202,9 +202,14 @@ class Tail:
         self.path = path
         self.topic = topic
         self.out = open(path, "wb")
+        # Fetches of 20 ms rather than librdkafka's 500: the mock broker
+        # is one thread for every client, and building a tail's 500 ms of
+        # outcomes in one answer held up the worker's fetches behind it
+        # (bursts of 50-70 jobs 10-15 ms late, twice a second, in the
+        # latency phases; a real broker serves its clients in parallel).
         self.proc = subprocess.Popen(
             ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-u", "-q",
-             "-f", "%T\t%s\n"], stdout=self.out, stderr=subprocess.DEVNULL)
+             "-X", "fetch.wait.max.ms=20", "-f", "%T\t%s\n"], stdout=self.out, stderr=subprocess.DEVNULL)
         self.rf = open(path, "rb")
         self.buf = b""
         self.ids = {}          # job id -> number of events
