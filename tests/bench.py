@@ -38,14 +38,16 @@ measures another build of `retort` (A/B comparisons), BENCH_RESULTS=PATH
 writes the JSON elsewhere than bench-results.json,
 STACK_REDIS_APPENDFSYNC=everysec runs Redis with its AOF synced once a
 second instead of on every write (the default, `always`),
-BENCH_LATENCY_DUMP=PREFIX writes each latency phase's per-job stamps to
-PREFIX.<scenario>.lat.json (.lates.json: the everysec run) to see how the
-slow jobs cluster.
+BENCH_LATENCY_DUMP=PREFIX writes each latency run's per-job stamps to
+PREFIX.<scenario>.<run>.json (lat0-lat3: Redis's appendfsync always,
+everysec, everysec, always; lat when Redis is not run with `always`) to see
+how the slow jobs cluster.
 
-Each latency phase starts with Redis's append-only file rewritten (the
+Each latency run starts with Redis's append-only file rewritten (the
 throughput phase left tens of MB of it; an automatic rewrite in the measured
 seconds would otherwise come or not, run by run) and reports the rewrites
-during the phase.  The job feeder sleeps between paced messages (a spin took
+during it.  With `always`, the latency phase measures `everysec` too, in
+turns (see latency_phase).  The job feeder sleeps between paced messages (a spin took
 most of a core from the stack on this 2-core machine).
 """
 import json
@@ -396,8 +398,9 @@ def latency_phase(st, sc, w, res):
         # (31% of a core in a first run of a_instant, 44% in a second), so
         # a later run is a little slower whatever Redis does, and this
         # order gives both settings the same mean position.
-        log("  %s: latency phase, 2 x %d jobs at %.0f jobs/s (after %d unmeasured), Redis's appendfsync "
-            "always / everysec / everysec / always" % (name, m, rate, warm_n))
+        log("  %s: latency phase, %d jobs under each of Redis's appendfsync always and everysec, in four "
+            "turns (always / everysec / everysec / always), at %.0f jobs/s (after %d unmeasured)" %
+            (name, m, rate, warm_n))
         half = max(1, m // 2)
         r = st.redis_client()
         runs = {"always": [], "everysec": []}
@@ -429,8 +432,8 @@ def latency_run(st, sc, w, tag, rate, m):
     # last rewrite (64 MB at least): a fork and a child writing the live
     # set on these 2 cores.  The throughput phase has written about 3 KB of
     # AOF a job, so without this the rewrite would land in the measured
-    # seconds or not, run by run (a_instant: p99 75 ms with it, 34 without,
-    # one run each).  Rewriting first starts every phase from a compact
+    # seconds or not, run by run (a_instant, while the feeder still spun:
+    # p99 75 ms with it, 34 without, one run each).  Rewriting first starts every phase from a compact
     # file; a rewrite during the phase is still counted and reported.
     aof0 = redis_compact(st)
     infra0, t0 = st.proc_cpu(), time.time()
