@@ -346,11 +346,6 @@ def outcome_table(st, ids):
     return res
 
 
-def redis_persistence(st):
-    """Redis's INFO persistence section, as a dict."""
-    return st.redis_client().info("persistence")
-
-
 def redis_compact(st, timeout=60):
     """Rewrites Redis's append-only file now and waits for the rewrite to
     end; returns INFO persistence after it."""
@@ -433,8 +428,9 @@ def latency_run(st, sc, w, tag, rate, m):
     # set on these 2 cores.  The throughput phase has written about 3 KB of
     # AOF a job, so without this the rewrite would land in the measured
     # seconds or not, run by run (a_instant, while the feeder still spun:
-    # p99 75 ms with it, 34 without, one run each).  Rewriting first starts every phase from a compact
-    # file; a rewrite during the phase is still counted and reported.
+    # p99 75 ms with it, 34 without, one run each).  Rewriting first
+    # starts every run from a compact file; a rewrite during the run is
+    # still counted and reported.
     aof0 = redis_compact(st)
     infra0, t0 = st.proc_cpu(), time.time()
     feed = st.feed(lat_docs, rate=rate)
@@ -443,7 +439,7 @@ def latency_run(st, sc, w, tag, rate, m):
     lat_load = contention(infra0, infra1, span)
     for k in ("kafka", "redis", "llm"):
         lat_load[k + "_cpu_pct"] = round(100 * (infra1[k] - infra0[k]) / span, 1)
-    aof1 = redis_persistence(st)
+    aof1 = st.redis_client().info("persistence")
     lat_load["redis_aof_rewrites"] = aof1["aof_rewrites"] - aof0["aof_rewrites"]
     lat_load["redis_aof_mb"] = round(aof1["aof_current_size"] / 1e6, 1)
     lat_outs = outcome_table(st, lat_ids)
@@ -484,7 +480,8 @@ def latency_run(st, sc, w, tag, rate, m):
                 parts["claim"].append(t_start - t_recv)
             parts["work"].append(t_end - t_start - llm)
             parts["out"].append(ts - t_end)
-            dump.append([jid, sub[jid], t_recv, t_start, t_end, ts, llm])
+            if LATENCY_DUMP:
+                dump.append([jid, sub[jid], t_recv, t_start, t_end, ts, llm])
     if LATENCY_DUMP:
         with open("%s.%s.%s.json" % (LATENCY_DUMP, name, tag), "w") as f:
             json.dump({"columns": ["job", "submitted", "received", "started", "finished", "outcome", "llm_ms"],
@@ -703,19 +700,17 @@ def run_scenario(sc):
          res.get("added_latency_p99_ms", 0), res.get("rss_peak_mb", 0), res.get("rss_idle_mb", 0),
          res.get("inflight_peak", 0), res.get("finals", 0), res.get("escalations", 0),
          res.get("missing", 0), res.get("duplicates", 0)))
-    def cpus(lp):
-        return "mock broker %s%%, redis %s%%, mock LLM %s%% of a core" % (
-            lp.get("kafka_cpu_pct"), lp.get("redis_cpu_pct"), lp.get("llm_cpu_pct"))
+    def parts(figs, phase):
+        return "%s (mock broker %s%%, redis %s%%, mock LLM %s%% of a core)" % (
+            ", ".join("%s %.1f/%.1f" % (k, v["p50"], v["p99"])
+                      for k, v in figs.get("added_latency_parts_ms", {}).items()),
+            phase.get("kafka_cpu_pct"), phase.get("redis_cpu_pct"), phase.get("llm_cpu_pct"))
     if res.get("added_latency_parts_ms"):
-        log("  %s: added latency by part, p50/p99 ms: %s (%s)" % (name, ", ".join(
-            "%s %.1f/%.1f" % (k, v["p50"], v["p99"]) for k, v in res["added_latency_parts_ms"].items()),
-            cpus(res["latency_phase"])))
+        log("  %s: added latency by part, p50/p99 ms: %s" % (name, parts(res, res["latency_phase"])))
     es = res.get("latency_everysec")
     if es:
-        log("  %s: with appendfsync everysec: added latency p50 %.1f ms p99 %.1f ms; by part: %s (%s)" % (
-            name, es["added_latency_p50_ms"], es["added_latency_p99_ms"], ", ".join(
-                "%s %.1f/%.1f" % (k, v["p50"], v["p99"]) for k, v in es.get("added_latency_parts_ms", {}).items()),
-            cpus(es)))
+        log("  %s: with appendfsync everysec: added latency p50 %.1f ms p99 %.1f ms; by part: %s" % (
+            name, es["added_latency_p50_ms"], es["added_latency_p99_ms"], parts(es, es)))
     if res.get("steady_jobs_per_s"):
         log("  %s: steady %.0f jobs/s (pipeline full); outcomes per second: %s" %
             (name, res["steady_jobs_per_s"], " ".join(str(x) for x in res.get("outcomes_per_s_by_second", []))))

@@ -212,7 +212,6 @@ static int produce_file(const char *brokers, const char *topic, const char *path
                     nanosleep(&ts, NULL);
                 }
             }
-            rd_kafka_poll(r.producer, 0);
         }
         for (;;) {
             rd_kafka_resp_err_t e = rd_kafka_producev(
