@@ -41,7 +41,10 @@ second instead of on every write (the default, `always`),
 BENCH_LATENCY_DUMP=PREFIX writes each latency run's per-job stamps to
 PREFIX.<scenario>.<run>.json (lat0-lat3: Redis's appendfsync always,
 everysec, everysec, always; lat when Redis is not run with `always`) to see
-how the slow jobs cluster.
+how the slow jobs cluster (jobs of more than one attempt under
+"rows_more", with the stamps of each attempt), BENCH_LATENCY_RATE=N runs the
+latency phases at N jobs/s instead of half the measured rate (to compare
+two settings at one load).
 
 Each latency run starts with Redis's append-only file rewritten (the
 throughput phase left tens of MB of it; an automatic rewrite in the measured
@@ -80,6 +83,7 @@ PARTITIONS = 24
 # every job's "added" latency.  The worker of the latency phase is then a
 # fresh process with that setting.
 LATENCY_DUMP = os.environ.get("BENCH_LATENCY_DUMP")
+LATENCY_RATE = float(os.environ.get("BENCH_LATENCY_RATE", "0"))
 LATENCY_FETCH_WAIT_MS = int(os.environ.get("BENCH_LATENCY_FETCH_WAIT_MS", "1"))
 
 
@@ -371,7 +375,7 @@ def latency_phase(st, sc, w, res):
     for two Redis writes, so this pair of figures, measured in turns on one
     stack, shows what the disk's fsync adds."""
     name = sc["name"]
-    rate = max(5.0, res["jobs_per_s"] / 2)
+    rate = LATENCY_RATE or max(5.0, res["jobs_per_s"] / 2)
     m = int(min(max(n(400), rate * 8), n(10000)))
     # A second and a half of the same pace first, not measured: the
     # latency worker may be a fresh process (cold connections, an empty
@@ -432,11 +436,17 @@ def latency_run(st, sc, w, tag, rate, m):
     # starts every run from a compact file; a rewrite during the run is
     # still counted and reported.
     aof0 = redis_compact(st)
-    infra0, t0 = st.proc_cpu(), time.time()
+    infra0, t0, w0 = st.proc_cpu(), time.time(), proc_cpu_s(w.pid)
     feed = st.feed(lat_docs, rate=rate)
     wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
     infra1, span = st.proc_cpu(), max(1e-3, time.time() - t0)
     lat_load = contention(infra0, infra1, span)
+    # The worker's CPU per job at this pace, for A/B runs at one fixed rate
+    # (BENCH_LATENCY_RATE).  Not comparable with the throughput phase's: at
+    # half the rate fewer jobs share each wake-up, and the latency worker
+    # fetches every 1 ms from a broker that holds each fetch that long
+    # (a_instant: 116-117 us a job here against 49 in the throughput phase).
+    lat_load["worker_cpu_us_per_job"] = round(1e6 * (proc_cpu_s(w.pid) - w0) / max(1, m), 1)
     for k in ("kafka", "redis", "llm"):
         lat_load[k + "_cpu_pct"] = round(100 * (infra1[k] - infra0[k]) / span, 1)
     aof1 = st.redis_client().info("persistence")
@@ -458,7 +468,7 @@ def latency_run(st, sc, w, tag, rate, m):
     # when all are busy: the worker takes a message only into a free
     # slot) and "claim" (the Redis claim).
     parts = {"in": [], "kafka": [], "claim": [], "work": [], "out": []}
-    dump = []
+    dump, dump_more = [], []
     for jid, (tp, ts, v) in lat_outs.items():
         created, recs = lat_hist.get(jid, (None, []))
         if jid not in sub or not recs:
@@ -482,10 +492,17 @@ def latency_run(st, sc, w, tag, rate, m):
             parts["out"].append(ts - t_end)
             if LATENCY_DUMP:
                 dump.append([jid, sub[jid], t_recv, t_start, t_end, ts, llm])
+        elif LATENCY_DUMP and len(recs) > 1:
+            stamps = [[parse_rfc3339_ms(r[k]) if r.get(k) else None
+                       for k in ("received_at", "started_at", "finished_at")] for r in recs]
+            dump_more.append([jid, sub[jid], stamps, ts, [float(r.get("llm_latency_ms") or 0) for r in recs]])
     if LATENCY_DUMP:
         with open("%s.%s.%s.json" % (LATENCY_DUMP, name, tag), "w") as f:
             json.dump({"columns": ["job", "submitted", "received", "started", "finished", "outcome", "llm_ms"],
-                       "rows": sorted(dump, key=lambda r: r[1])}, f)
+                       "rows": sorted(dump, key=lambda r: r[1]),
+                       "columns_more": ["job", "submitted", "[[received, started, finished] per attempt]",
+                                        "outcome", "[llm_ms per attempt]"],
+                       "rows_more": sorted(dump_more, key=lambda r: r[1])}, f)
     phase = {"jobs": m, "rate": round(rate, 1), "feed_s": feed["elapsed_s"], "outcomes": len(lat_outs)}
     phase.update(lat_load)
     return {"phase": phase, "added": added, "e2e": e2e, "llm": llm_ms, "nominal": nominal_added,
@@ -507,7 +524,8 @@ def latency_figures(runs):
     phase = dict(runs[0]["phase"])
     for k in ("jobs", "feed_s", "outcomes", "redis_aof_rewrites"):
         phase[k] = round(sum(r["phase"].get(k) or 0 for r in runs), 3)
-    for k in ("foreign_cpu_pct", "steal_cpu_pct", "kafka_cpu_pct", "redis_cpu_pct", "llm_cpu_pct"):
+    for k in ("foreign_cpu_pct", "steal_cpu_pct", "kafka_cpu_pct", "redis_cpu_pct", "llm_cpu_pct",
+              "worker_cpu_us_per_job"):
         phase[k] = round(sum(r["phase"].get(k) or 0 for r in runs) / len(runs), 1)
     phase["redis_aof_mb"] = runs[-1]["phase"].get("redis_aof_mb")
     out = {"phase": phase}
@@ -701,10 +719,13 @@ def run_scenario(sc):
          res.get("inflight_peak", 0), res.get("finals", 0), res.get("escalations", 0),
          res.get("missing", 0), res.get("duplicates", 0)))
     def parts(figs, phase):
-        return "%s (mock broker %s%%, redis %s%%, mock LLM %s%% of a core)" % (
+        more = "".join("; %s attempts p50/p99 %.1f/%.1f ms" % (k, v["p50_ms"], v["p99_ms"])
+                       for k, v in figs.get("added_latency_by_attempts", {}).items())
+        return "%s%s (worker %s us/job, mock broker %s%%, redis %s%%, mock LLM %s%% of a core)" % (
             ", ".join("%s %.1f/%.1f" % (k, v["p50"], v["p99"])
-                      for k, v in figs.get("added_latency_parts_ms", {}).items()),
-            phase.get("kafka_cpu_pct"), phase.get("redis_cpu_pct"), phase.get("llm_cpu_pct"))
+                      for k, v in figs.get("added_latency_parts_ms", {}).items()), more,
+            phase.get("worker_cpu_us_per_job"), phase.get("kafka_cpu_pct"), phase.get("redis_cpu_pct"),
+            phase.get("llm_cpu_pct"))
     if res.get("added_latency_parts_ms"):
         log("  %s: added latency by part, p50/p99 ms: %s" % (name, parts(res, res["latency_phase"])))
     es = res.get("latency_everysec")
