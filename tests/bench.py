@@ -197,12 +197,22 @@ def floors():
         with open(bodies_2s, "w") as f:
             for s in SCHEMAS:
                 f.write(chat_body(s, PROMPTS[s] + " [[mock latency_ms=2000]]") + "\n")
+        bodies_paced = os.path.join(st.dir, "bodies-9ms.txt")
+        with open(bodies_paced, "w") as f:
+            for s in SCHEMAS:
+                f.write(chat_body(s, PROMPTS[s] + " [[mock latency_ms=9]]") + "\n")
         url = st.llm_url + "/v1/chat/completions"
         # 64 and 1,000 concurrent instant calls (the a_instant and
         # a_instant_hi/scale in-flight bounds), and 10,000 of 2 s (c_2s_10k).
+        # curl_paced: 64 calls the mock holds 9 ms each, about 7,000 a
+        # second, a_instant's rate.  A client's CPU per request depends on
+        # its rate (at 57,000 a second each wake-up serves many answers),
+        # so this is the HTTP floor at the worker's own pace, as the
+        # relay's "worker's pace" figure is for Kafka.
         for key, path, reqs, conc in (("curl", bodies, n(20000), 64),
                                       ("curl_c1000", bodies, n(20000), 1000),
-                                      ("curl_2s_c10000", bodies_2s, n(30000), 10000)):
+                                      ("curl_2s_c10000", bodies_2s, n(30000), 10000),
+                                      ("curl_paced", bodies_paced, n(20000), 64)):
             l0 = st.llm_stats_light()
             r = subprocess.run([os.path.join(BUILD, "bench-curl"), "--url", url, "--bodies", path,
                                 "--requests", str(reqs), "--concurrency", str(min(conc, reqs)),
@@ -748,11 +758,13 @@ def report(results):
         time.strftime("%Y-%m-%d %H:%M"))
     log("floors: relay %.0f jobs/s (%.1f us CPU/msg; %.1f us at a worker's pace of %.0f msgs/s; "
         "latency p50 %s ms p99 %s ms); "
-        "curl %.1f us CPU/req at c=64, %.1f us at c=1000, %.1f us at c=10000 / 2 s" %
+        "curl %.1f us CPU/req at c=64 (%.1f us at a worker's pace of %.0f req/s), %.1f us at c=1000, "
+        "%.1f us at c=10000 / 2 s" %
         (fl.get("relay_jobs_per_s", 0), fl.get("relay_cpu_us_per_msg", 0),
          fl.get("relay_64x16ms_cpu_us_per_msg", 0), fl.get("relay_64x16ms_jobs_per_s", 0),
          fl.get("relay_latency_p50_ms"),
-         fl.get("relay_latency_p99_ms"), fl.get("curl_cpu_us_per_req", 0), fl.get("curl_c1000_cpu_us_per_req", 0),
+         fl.get("relay_latency_p99_ms"), fl.get("curl_cpu_us_per_req", 0), fl.get("curl_paced_cpu_us_per_req", 0),
+         fl.get("curl_paced_req_per_s", 0), fl.get("curl_c1000_cpu_us_per_req", 0),
          fl.get("curl_2s_c10000_cpu_us_per_req", 0)))
     allocs = sorted({r["allocator"] for r in sc.values() if r.get("allocator")})
     if allocs:
@@ -795,13 +807,14 @@ def report(results):
             extra += "; added p50 %.0f ms = relay floor %.0f ms + %.0f ms" % (
                 r["added_latency_p50_ms"], rl, r["added_latency_p50_ms"] - rl)
         log("  %-12s %s" % (name, extra))
-        kafka, curl = results["floors"].get("relay_64x16ms_cpu_us_per_msg"), results["floors"].get("curl_cpu_us_per_req")
+        kafka = results["floors"].get("relay_64x16ms_cpu_us_per_msg")
+        curl = results["floors"].get("curl_paced_cpu_us_per_req") or results["floors"].get("curl_cpu_us_per_req")
         if name == "a_instant" and kafka and curl and r.get("cpu_us_per_job"):
-            # What the worker spends beyond its two floors: one HTTP call,
-            # and Kafka in and out at a worker's pace.
-            log("  %-12s CPU per job %.0f us = curl floor %.0f + Kafka at a worker's pace %.0f + the rest %.0f "
-                "(Redis, JSON, validation, events, logs)" % (name, r["cpu_us_per_job"], curl, kafka,
-                                                           r["cpu_us_per_job"] - curl - kafka))
+            # What the worker spends beyond its two floors, each at a
+            # worker's pace: one HTTP call, and Kafka in and out.
+            log("  %-12s CPU per job %.0f us = curl at a worker's pace %.0f + Kafka at a worker's pace %.0f + "
+                "the rest %.0f (Redis, JSON, validation, events, logs)" % (
+                    name, r["cpu_us_per_job"], curl, kafka, r["cpu_us_per_job"] - curl - kafka))
     t = results["targets"]
     log("")
     for k, v in t.items():
@@ -821,6 +834,12 @@ def targets(results):
             v = sc[name]["cpu_us_per_job"]
             out["cpu/job <= 2x curl (%s)" % name] = "%s (%.0f us vs %.0f us = 2 x %.1f)" % (
                 "MET" if v <= 2 * ref else "NOT MET", v, 2 * ref, ref)
+            paced = fl.get("curl_paced_cpu_us_per_req")
+            if name == "a_instant" and paced:
+                # Judged on curl at full speed, as above; the same-rate
+                # ratio is printed beside it.
+                out["cpu/job <= 2x curl (%s)" % name] += "; %.1fx curl at a worker's pace (%.1f us at %.0f req/s)" % (
+                    v / paced, paced, fl.get("curl_paced_req_per_s", 0))
     c2 = fl.get("curl_2s_c10000_cpu_us_per_req")
     if "c_2s_10k" in sc and c2:
         v = sc["c_2s_10k"]["cpu_us_per_job"]
