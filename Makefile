@@ -197,10 +197,18 @@ $(BUILD)/fuzz-schema: $(FUZZ_SRC) $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(call pc,$(COMMON_PKGS)) -lm -lpthread
 
-fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner
-	@mkdir -p $(BUILD)/fuzz-corpus
+# The OpenAI answer scanner against cJSON (tests/fuzz_llm_api.c).
+FUZZ_LLM_SRC := tests/fuzz_llm_api.c worker/llm_api.c worker/decide.c common/util.c common/jsonout.c
+$(BUILD)/fuzz-llm-api: $(FUZZ_LLM_SRC) worker/llm_api.h worker/decide.h $(wildcard common/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_LLM_SRC) $(call pc,libcjson) -lm
+
+fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner $(BUILD)/fuzz-llm-api
+	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-llm-corpus
 	@[ -n "$$(ls $(BUILD)/fuzz-corpus)" ] || ./$(BUILD)/jsts-runner $(JSTS) --fuzz-corpus $(BUILD)/fuzz-corpus >/dev/null
 	./$(BUILD)/fuzz-schema -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -rss_limit_mb=2048 $(BUILD)/fuzz-corpus
+	@[ -n "$$(ls $(BUILD)/fuzz-llm-corpus)" ] || cp $(SHARED)/llm-api/openai-*.json $(BUILD)/fuzz-llm-corpus/
+	./$(BUILD)/fuzz-llm-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=5 -dict=tests/fuzz_llm_api.dict $(BUILD)/fuzz-llm-corpus
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; RETORT_SHARED=$(SHARED) ./$$t; done

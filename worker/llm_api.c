@@ -247,23 +247,11 @@ static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
     out->category = llm_api_status_category(status, code, message);
 }
 
-static void parse_openai(const cJSON *doc, llm_api_result *out) {
-    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(doc, "choices");
-    const cJSON *choice = cJSON_GetArrayItem(choices, 0);
-    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(doc, "usage");
-    out->prompt_tokens = get_long(usage, "prompt_tokens");
-    out->completion_tokens = get_long(usage, "completion_tokens");
-    if (!cJSON_IsObject(choice)) {
-        out->category = DECIDE_CAT_SERVER_ERROR;
-        snprintf(out->error, sizeof(out->error), "response has no choices");
-        return;
-    }
-    const char *fr = get_str(choice, "finish_reason");
+/* What parse_openai and openai_scan share once they have the fields:
+ * fr, refusal, content are NULL when absent or not strings; out->text and
+ * the token counts are set already. */
+static void openai_classify(llm_api_result *out, const char *fr, const char *refusal, const char *content) {
     snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", fr ? fr : "");
-    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
-    const char *refusal = get_str(msg, "refusal");
-    const char *content = get_str(msg, "content");
-    if (content) out->text = strdup(content);
     if (refusal) {
         out->category = DECIDE_CAT_REFUSAL;
         snprintf(out->error, sizeof(out->error), "refusal: %s", refusal);
@@ -279,6 +267,416 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
     } else {
         out->category = DECIDE_CAT_OK;
     }
+}
+
+static void openai_no_choices(llm_api_result *out) {
+    out->category = DECIDE_CAT_SERVER_ERROR;
+    snprintf(out->error, sizeof(out->error), "response has no choices");
+}
+
+static void parse_openai(const cJSON *doc, llm_api_result *out) {
+    const cJSON *choices = cJSON_GetObjectItemCaseSensitive(doc, "choices");
+    const cJSON *choice = cJSON_GetArrayItem(choices, 0);
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(doc, "usage");
+    out->prompt_tokens = get_long(usage, "prompt_tokens");
+    out->completion_tokens = get_long(usage, "completion_tokens");
+    if (!cJSON_IsObject(choice)) {
+        openai_no_choices(out);
+        return;
+    }
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
+    const char *content = get_str(msg, "content");
+    if (content) out->text = strdup(content);
+    openai_classify(out, get_str(choice, "finish_reason"), get_str(msg, "refusal"), content);
+}
+
+/* ---- a chat completion without a DOM -----------------------------------
+ * Every answer passes here, and cJSON spends most of its parse on members
+ * nobody reads (id, model, the usage details...): about 35 allocations
+ * and 1.6 us for the shape in ../shared/llm-api.  openai_scan reads the
+ * body once, checking that it is JSON and keeping only what parse_openai
+ * reads, with the same rules (the first of duplicate keys, a member of
+ * the wrong type counts as absent).  What it does not handle (an escaped
+ * key, \u0000 or a lone surrogate, a token count that is not a plain
+ * integer, a top-level value that is not an object, text after it,
+ * nesting deeper than OA_MAX_DEPTH, a raw control byte in a string) makes
+ * it give up, and the body goes to cJSON: the result is always the one
+ * cJSON gives. */
+
+#define OA_MAX_DEPTH 64
+
+typedef struct oa_scan {
+    const char *p, *end;
+    int depth;
+    char *fr, *refusal, *content; /* malloc'd; NULL = absent or not a string */
+    long ptoks, ctoks;
+    int choice;                   /* choices[0] is an object */
+} oa_scan;
+
+static void oa_ws(oa_scan *s) {
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++;
+}
+
+/* Bytes that end a plain run inside a string: the quote, the backslash
+ * and the control bytes (1 = stop). */
+static const unsigned char oa_stop[256] = {
+    [0 ... 0x1F] = 1, ['"'] = 1, ['\\'] = 1,
+};
+
+/* What an escape's letter stands for (0 = not a one-letter escape). */
+static const char oa_unesc[256] = {
+    ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
+};
+
+static int oa_hex4(const char *h, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = h[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The string at s->p (its opening quote): *raw and *len get the bytes
+ * between the quotes, *esc whether they hold escapes; s->p moves past
+ * the closing quote.  -1: not a string this scanner takes. */
+static int oa_string(oa_scan *s, const char **raw, size_t *len, int *esc) {
+    const char *p = s->p + 1, *end = s->end;
+    int e = 0;
+    for (;;) {
+        while (p < end && !oa_stop[(unsigned char)*p]) p++;
+        if (p >= end || (unsigned char)*p < 0x20) return -1;
+        if (*p == '"') break;
+        if (end - p < 2) return -1;
+        unsigned cp;
+        if (p[1] == 'u') {
+            /* cJSON decodes every string, so a lone surrogate anywhere
+             * fails its parse: give up on one here too */
+            if (end - p < 6 || oa_hex4(p + 2, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+            p += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || oa_hex4(p + 2, &cp) || cp < 0xDC00 || cp > 0xDFFF)
+                    return -1;
+                p += 6;
+            }
+        } else if (oa_unesc[(unsigned char)p[1]]) {
+            p += 2;
+        } else {
+            return -1;
+        }
+        e = 1;
+    }
+    *raw = s->p + 1;
+    *len = (size_t)(p - (s->p + 1));
+    *esc = e;
+    s->p = p + 1;
+    return 0;
+}
+
+/* A malloc'd copy of a scanned string with its escapes decoded.  NULL on
+ * out of memory or an escape cJSON would not decode to the same text
+ * (\u0000 ends its string early; a lone surrogate fails its parse). */
+static char *oa_decode(const char *r, size_t n) {
+    char *o = malloc(n + 1), *d = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        if (r[i] != '\\') {
+            *d++ = r[i++];
+            continue;
+        }
+        char c = r[i + 1];
+        i += 2;
+        if (c != 'u') {
+            *d++ = oa_unesc[(unsigned char)c]; /* checked by oa_string */
+            continue;
+        }
+        unsigned cp, lo;
+        oa_hex4(r + i, &cp); /* checked by oa_string */
+        i += 4;
+        if (cp == 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) goto fail;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (n - i < 6 || r[i] != '\\' || r[i + 1] != 'u' || oa_hex4(r + i + 2, &lo) || lo < 0xDC00 ||
+                lo > 0xDFFF)
+                goto fail;
+            i += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        if (cp < 0x80) {
+            *d++ = (char)cp;
+        } else if (cp < 0x800) {
+            *d++ = (char)(0xC0 | (cp >> 6));
+            *d++ = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            *d++ = (char)(0xE0 | (cp >> 12));
+            *d++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+            *d++ = (char)(0x80 | (cp & 0x3F));
+        } else {
+            *d++ = (char)(0xF0 | (cp >> 18));
+            *d++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+            *d++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+            *d++ = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    *d = '\0';
+    return o;
+fail:
+    free(o);
+    return NULL;
+}
+
+/* A number in JSON's grammar.  *small: 1 when it is an integer of at most
+ * 15 digits (exact as a double, so (long)valuedouble is *val). */
+static int oa_number(oa_scan *s, long *val, int *small) {
+    const char *p = s->p, *e = s->end;
+    int neg = 0, digits = 0, integer = 1;
+    long v = 0;
+    if (p < e && *p == '-') neg = 1, p++;
+    if (p >= e || *p < '0' || *p > '9') return -1;
+    if (*p == '0') {
+        p++;
+        digits = 1;
+    } else {
+        for (; p < e && *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 15) v = v * 10 + (*p - '0');
+    }
+    if (p < e && *p == '.') {
+        integer = 0;
+        if (++p >= e || *p < '0' || *p > '9') return -1;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        integer = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        if (p >= e || *p < '0' || *p > '9') return -1;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    s->p = p;
+    *small = integer && digits <= 15;
+    *val = neg ? -v : v;
+    return 0;
+}
+
+static int oa_value(oa_scan *s);
+
+typedef int (*oa_member_fn)(oa_scan *s, const char *key, size_t klen, void *ctx);
+
+/* Past the opening bracket at s->p: 1 when close follows at once (read
+ * too), 0 when an element does, -1 when nesting is too deep. */
+static int oa_open(oa_scan *s, char close) {
+    if (++s->depth > OA_MAX_DEPTH) return -1;
+    s->p++;
+    oa_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 1;
+    }
+    return 0;
+}
+
+/* After an element: 1 when a comma follows (read), 0 when close does (read:
+ * the container ends), -1 otherwise. */
+static int oa_next(oa_scan *s, char close) {
+    oa_ws(s);
+    if (s->p < s->end && *s->p == ',') {
+        s->p++;
+        oa_ws(s);
+        return 1;
+    }
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return 0;
+    }
+    return -1;
+}
+
+/* The object at s->p: fn (NULL = skip every value) is called with s->p at
+ * each member's value and must read past it. */
+static int oa_object(oa_scan *s, oa_member_fn fn, void *ctx) {
+    int r = oa_open(s, '}');
+    if (r != 0) return r < 0 ? -1 : 0;
+    for (;;) {
+        const char *k;
+        size_t kl;
+        int esc;
+        if (s->p >= s->end || *s->p != '"' || oa_string(s, &k, &kl, &esc) || esc) return -1;
+        oa_ws(s);
+        if (s->p >= s->end || *s->p != ':') return -1;
+        s->p++;
+        oa_ws(s);
+        if (fn ? fn(s, k, kl, ctx) : oa_value(s)) return -1;
+        if ((r = oa_next(s, '}')) <= 0) return r;
+    }
+}
+
+/* The array at s->p; first (NULL = skip) reads its first element. */
+static int oa_array(oa_scan *s, int (*first)(oa_scan *s)) {
+    int r = oa_open(s, ']');
+    if (r != 0) return r < 0 ? -1 : 0;
+    for (int i = 0;; i++) {
+        if (i == 0 && first ? first(s) : oa_value(s)) return -1;
+        if ((r = oa_next(s, ']')) <= 0) return r;
+    }
+}
+
+static int oa_literal(oa_scan *s, const char *lit, size_t n) {
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n)) return -1;
+    s->p += n;
+    return 0;
+}
+
+/* Any value, read past and checked. */
+static int oa_value(oa_scan *s) {
+    if (s->p >= s->end) return -1;
+    const char *r;
+    size_t n;
+    int esc;
+    long v;
+    switch (*s->p) {
+    case '{': return oa_object(s, NULL, NULL);
+    case '[': return oa_array(s, NULL);
+    case '"': return oa_string(s, &r, &n, &esc);
+    case 't': return oa_literal(s, "true", 4);
+    case 'f': return oa_literal(s, "false", 5);
+    case 'n': return oa_literal(s, "null", 4);
+    default: return oa_number(s, &v, &esc);
+    }
+}
+
+#define OA_KEY(k, kl, lit) ((kl) == sizeof(lit) - 1 && !memcmp((k), (lit), sizeof(lit) - 1))
+
+/* A string member that is wanted: decoded into *dst when it is a string
+ * (and *dst still empty: the first of duplicate keys counts), else
+ * skipped.  seen: set on the first occurrence whatever its type. */
+static int oa_take_string(oa_scan *s, char **dst, int *seen) {
+    if (*seen || s->p >= s->end || *s->p != '"') {
+        *seen = 1;
+        return oa_value(s);
+    }
+    *seen = 1;
+    const char *r;
+    size_t n;
+    int esc;
+    if (oa_string(s, &r, &n, &esc)) return -1;
+    if (!esc) {
+        *dst = malloc(n + 1);
+        if (!*dst) return -1;
+        memcpy(*dst, r, n);
+        (*dst)[n] = '\0';
+        return 0;
+    }
+    *dst = oa_decode(r, n);
+    return *dst ? 0 : -1;
+}
+
+/* Which of a level's two wanted keys were met already (the first of
+ * duplicate keys counts). */
+typedef struct oa_seen {
+    int a, b;
+} oa_seen;
+
+static int oa_message_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    oa_seen *q = ctx;
+    if (OA_KEY(k, kl, "content")) return oa_take_string(s, &s->content, &q->a);
+    if (OA_KEY(k, kl, "refusal")) return oa_take_string(s, &s->refusal, &q->b);
+    return oa_value(s);
+}
+
+static int oa_choice_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    oa_seen *q = ctx;
+    if (OA_KEY(k, kl, "finish_reason")) return oa_take_string(s, &s->fr, &q->a);
+    if (OA_KEY(k, kl, "message") && !q->b) {
+        q->b = 1;
+        if (s->p < s->end && *s->p == '{') {
+            oa_seen m = {0, 0};
+            return oa_object(s, oa_message_member, &m);
+        }
+    }
+    return oa_value(s);
+}
+
+static int oa_first_choice(oa_scan *s) {
+    if (s->p < s->end && *s->p == '{') {
+        s->choice = 1;
+        oa_seen q = {0, 0};
+        return oa_object(s, oa_choice_member, &q);
+    }
+    return oa_value(s);
+}
+
+/* A token count: a plain integer, or anything but a number (counted 0,
+ * as get_long does); other numbers are left to cJSON. */
+static int oa_take_count(oa_scan *s, long *dst, int *seen) {
+    if (*seen || s->p >= s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
+        *seen = 1;
+        return oa_value(s);
+    }
+    *seen = 1;
+    int small;
+    if (oa_number(s, dst, &small) || !small) return -1;
+    return 0;
+}
+
+static int oa_usage_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    oa_seen *q = ctx;
+    if (OA_KEY(k, kl, "prompt_tokens")) return oa_take_count(s, &s->ptoks, &q->a);
+    if (OA_KEY(k, kl, "completion_tokens")) return oa_take_count(s, &s->ctoks, &q->b);
+    return oa_value(s);
+}
+
+static int oa_top_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    oa_seen *q = ctx;
+    if (OA_KEY(k, kl, "choices") && !q->a) {
+        q->a = 1;
+        /* cJSON_GetArrayItem also takes the first member of an object:
+         * rare enough to leave to it */
+        if (s->p < s->end && *s->p == '{') return -1;
+        if (s->p < s->end && *s->p == '[') return oa_array(s, oa_first_choice);
+        return oa_value(s);
+    }
+    if (OA_KEY(k, kl, "usage") && !q->b) {
+        q->b = 1;
+        if (s->p < s->end && *s->p == '{') {
+            oa_seen u = {0, 0};
+            return oa_object(s, oa_usage_member, &u);
+        }
+    }
+    return oa_value(s);
+}
+
+int llm_api_openai_scan(const char *body, size_t len, llm_api_result *out) {
+    oa_scan s = {0};
+    s.p = body;
+    s.end = body + len;
+    oa_seen q = {0, 0};
+    oa_ws(&s);
+    int rc = -1;
+    if (s.p >= s.end || *s.p != '{' || oa_object(&s, oa_top_member, &q)) goto done;
+    oa_ws(&s);
+    if (s.p != s.end) goto done;
+    memset(out, 0, sizeof(*out));
+    out->prompt_tokens = s.ptoks;
+    out->completion_tokens = s.ctoks;
+    if (!s.choice) {
+        openai_no_choices(out);
+    } else {
+        out->text = s.content;
+        s.content = NULL;
+        openai_classify(out, s.fr, s.refusal, out->text);
+    }
+    rc = 0;
+done:
+    free(s.fr);
+    free(s.refusal);
+    free(s.content);
+    return rc;
 }
 
 static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
@@ -328,6 +726,14 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
 
 void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
                    llm_api_result *out) {
+    if (provider == LLM_PROVIDER_OPENAI && status >= 200 && status < 300 && body && len &&
+        llm_api_openai_scan(body, len, out) == 0)
+        return;
+    llm_api_parse_dom(provider, status, body, len, out);
+}
+
+void llm_api_parse_dom(llm_provider provider, long status, const char *body, size_t len,
+                       llm_api_result *out) {
     memset(out, 0, sizeof(*out));
     cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
     if (status < 200 || status >= 300) {

@@ -295,11 +295,138 @@ static void test_retry_conversation(void **s) {
     cJSON_Delete(j.doc);
 }
 
+/* llm_api_parse and the cJSON-only llm_api_parse_dom give the same result. */
+static void assert_same_as_dom(const char *body, size_t len) {
+    llm_api_result a, b;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, len, &a);
+    llm_api_parse_dom(LLM_PROVIDER_OPENAI, 200, body, len, &b);
+    assert_int_equal(a.category, b.category);
+    if (!a.text || !b.text) assert_ptr_equal(a.text, b.text);
+    else assert_string_equal(a.text, b.text);
+    assert_string_equal(a.finish_reason, b.finish_reason);
+    assert_int_equal(a.prompt_tokens, b.prompt_tokens);
+    assert_int_equal(a.completion_tokens, b.completion_tokens);
+    assert_string_equal(a.error, b.error);
+    llm_api_result_clear(&a);
+    llm_api_result_clear(&b);
+}
+
+/* scanned: 1 when llm_api_openai_scan must read the body itself, 0 when
+ * it must leave it to cJSON. */
+static void check_scan(const char *body, size_t len, int scanned) {
+    llm_api_result r;
+    memset(&r, 0x5a, sizeof(r));
+    int rc = llm_api_openai_scan(body, len, &r);
+    if (rc != (scanned ? 0 : -1)) fail_msg("scan returned %d for: %.*s", rc, (int)len, body);
+    if (rc == 0) llm_api_result_clear(&r);
+    assert_same_as_dom(body, len);
+}
+
+#define CHECK_SCAN(body, scanned) check_scan((body), sizeof(body) - 1, (scanned))
+
+/* The answer read without a DOM (the fast path of every OpenAI answer)
+ * against cJSON's reading of the same body, on the shapes it reads and
+ * on those it must hand over. */
+static void test_openai_scan(void **s) {
+    (void)s;
+    char *body = slurp("openai-response.json");
+    if (!body) skip();
+    check_scan(body, strlen(body), 1);
+    llm_api_result r;
+    assert_int_equal(llm_api_openai_scan(body, strlen(body), &r), 0);
+    assert_int_equal(r.category, DECIDE_CAT_OK);
+    assert_string_equal(r.text, "{\"name\":\"Desk lamp\",\"price\":24.5}");
+    assert_int_equal(r.prompt_tokens, 52);
+    assert_int_equal(r.completion_tokens, 12);
+    assert_string_equal(r.finish_reason, "stop");
+    llm_api_result_clear(&r);
+    free(body);
+    body = slurp("openai-refusal.json");
+    check_scan(body, strlen(body), 1);
+    free(body);
+
+    /* escapes, decoded as cJSON decodes them */
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\u20AC\\ud83d\\ude00\"},"
+               "\"finish_reason\":\"st\\u006fp\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":-4}}", 1);
+    const char *emoji = "{\"choices\":[{\"message\":{\"content\":\"\\u00e9\\ud83d\\ude00\"}}]}";
+    assert_int_equal(llm_api_openai_scan(emoji, strlen(emoji), &r), 0);
+    assert_string_equal(r.text, "\xc3\xa9\xf0\x9f\x98\x80");
+    llm_api_result_clear(&r);
+    /* the first of duplicate keys counts, whatever its type */
+    CHECK_SCAN("{\"choices\":\"x\",\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":null,\"content\":\"A\"}}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\",\"content\":\"B\"},\"message\":{\"content\":\"C\"}}]}", 1);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens\":\"7\",\"prompt_tokens\":8},\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 1);
+    /* categories */
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"length\"}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"\"},\"finish_reason\":\"content_filter\"}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"\"}}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"no \\\"way\\\"\"}}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":\"text\",\"finish_reason\":7}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":[{\"content\":\"A\"}]}]}", 1);
+    CHECK_SCAN("{\"choices\":[]}", 1);
+    CHECK_SCAN("{\"choices\":[3,{\"message\":{\"content\":\"A\"}}]}", 1);
+    CHECK_SCAN("{\"choices\":null,\"usage\":[1,2]}", 1);
+    CHECK_SCAN("{}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\"},\"finish_reason\":"
+               "\"a finish reason far longer than the thirty-one bytes kept\"}]}", 1);
+    /* every kind of value in members nobody reads, and whitespace */
+    CHECK_SCAN(" \n{ \"x\" : [ -0 , 1e5 , 1.5E-3 , -2.25e+2 , true , false , null , { } , [ ] , { \"y\" : [ { } ] } ] ,\r\n"
+               "\t\"choices\" : [ { \"message\" : { \"content\" : \"A\" } } ] , \"created\" : 12345678901234567890 } \n", 1);
+
+    /* left to cJSON: the result is still cJSON's */
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens\":12.0},\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 0);
+    CHECK_SCAN("{\"usage\":{\"completion_tokens\":1234567890123456789},\"choices\":[]}", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\ud800b\"}}]}", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\udc00b\"}}]}", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\u0000b\"}}]}", 0);
+    /* cJSON decodes strings nobody reads too: a lone surrogate there fails
+     * its parse ("not JSON"), a \u0000 there changes nothing */
+    CHECK_SCAN("{\"x\":\"a\\ud83db\",\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 0);
+    CHECK_SCAN("{\"x\":\"a\\ud83d\\u0041\",\"choices\":[]}", 0);
+    CHECK_SCAN("{\"x\":\"a\\u0000b\",\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\qb\"}}]}", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\tb\"}}]}", 0);
+    CHECK_SCAN("{\"cho\\u0069ces\":[{\"message\":{\"content\":\"A\"}}]}", 0);
+    CHECK_SCAN("{\"choices\":{\"first\":{\"message\":{\"content\":\"A\"}}}}", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\"}}]} trailing", 0);
+    CHECK_SCAN("\xef\xbb\xbf{\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 0);
+    CHECK_SCAN("[{\"choices\":[]}]", 0);
+    CHECK_SCAN("<html>", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\"}}", 0);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A}}]}", 0);
+    CHECK_SCAN("{\"x\":01,\"choices\":[]}", 0);
+    CHECK_SCAN("{\"x\":tru,\"choices\":[]}", 0);
+    CHECK_SCAN("{\"x\":1.,\"choices\":[]}", 0);
+    CHECK_SCAN("{\"x\":[1,],\"choices\":[]}", 0);
+    CHECK_SCAN("{\"x\" 1}", 0);
+    /* nesting beyond the scanner's limit (64), well within cJSON's */
+    char deep[400];
+    size_t n = 0;
+    n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"x\":");
+    for (int i = 0; i < 100; i++) deep[n++] = '[';
+    for (int i = 0; i < 100; i++) deep[n++] = ']';
+    n += (size_t)snprintf(deep + n, sizeof(deep) - n, ",\"choices\":[{\"message\":{\"content\":\"A\"}}]}");
+    check_scan(deep, n, 0);
+    /* a body cut anywhere is never read past its end */
+    const char *full = "{\"choices\":[{\"message\":{\"content\":\"x\\u00e9\\n\"},\"finish_reason\":\"stop\"}],"
+                       "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}";
+    for (size_t cut = 1; cut < strlen(full); cut++) {
+        char *part = malloc(cut);
+        memcpy(part, full, cut);
+        llm_api_result t;
+        assert_int_equal(llm_api_openai_scan(part, cut, &t), -1);
+        assert_same_as_dom(part, cut);
+        free(part);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
+        cmocka_unit_test(test_openai_scan),
     };
     return cmocka_run_group_tests_name("llm_api", tests, NULL, NULL);
 }
