@@ -247,7 +247,7 @@ static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
     out->category = llm_api_status_category(status, code, message);
 }
 
-/* What parse_openai and openai_scan share once they have the fields:
+/* What parse_openai and llm_api_openai_scan share once they have the fields:
  * fr, refusal, content are NULL when absent or not strings; out->text and
  * the token counts are set already. */
 static void openai_classify(llm_api_result *out, const char *fr, const char *refusal, const char *content) {
