@@ -207,7 +207,7 @@ fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner $(BUILD)/fuzz-llm-api
 	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-llm-corpus
 	@[ -n "$$(ls $(BUILD)/fuzz-corpus)" ] || ./$(BUILD)/jsts-runner $(JSTS) --fuzz-corpus $(BUILD)/fuzz-corpus >/dev/null
 	./$(BUILD)/fuzz-schema -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -rss_limit_mb=2048 $(BUILD)/fuzz-corpus
-	@[ -n "$$(ls $(BUILD)/fuzz-llm-corpus)" ] || cp $(SHARED)/llm-api/openai-*.json $(BUILD)/fuzz-llm-corpus/
+	@[ -n "$$(ls $(BUILD)/fuzz-llm-corpus)" ] || cp $(SHARED)/llm-api/*.json $(BUILD)/fuzz-llm-corpus/
 	./$(BUILD)/fuzz-llm-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=5 -dict=tests/fuzz_llm_api.dict $(BUILD)/fuzz-llm-corpus
 
 unit: $(UNIT_BIN)

@@ -1,5 +1,5 @@
-/* fuzz_llm_api.c - libFuzzer target: the OpenAI answer scanner
- * (llm_api_openai_scan) against cJSON's reading of the same bytes
+/* fuzz_llm_api.c - libFuzzer target: the answer scanner of both providers
+ * (llm_api_scan) against cJSON's reading of the same bytes
  * (llm_api_parse_dom).  Whenever the scanner reads a body itself, every
  * field of its result must equal cJSON's; it may hand any body over.
  * Built and run by `make fuzz` (FUZZ_SECONDS each target). */
@@ -20,14 +20,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *body = malloc(size ? size : 1);
     if (!body) return 0;
     memcpy(body, data, size);
-    llm_api_result scan, dom;
-    int rc = llm_api_openai_scan(body, size, &scan);
-    llm_api_parse_dom(LLM_PROVIDER_OPENAI, 200, body, size, &dom);
-    if (rc == 0) {
-        if (!same(&scan, &dom)) abort();
-        llm_api_result_clear(&scan);
+    for (int p = 0; p < 2; p++) {
+        llm_provider provider = p ? LLM_PROVIDER_ANTHROPIC : LLM_PROVIDER_OPENAI;
+        llm_api_result scan, dom;
+        int rc = llm_api_scan(provider, body, size, &scan);
+        llm_api_parse_dom(provider, 200, body, size, &dom);
+        if (rc == 0) {
+            if (!same(&scan, &dom)) abort();
+            llm_api_result_clear(&scan);
+        }
+        llm_api_result_clear(&dom);
     }
-    llm_api_result_clear(&dom);
     free(body);
     return 0;
 }

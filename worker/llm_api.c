@@ -247,7 +247,7 @@ static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
     out->category = llm_api_status_category(status, code, message);
 }
 
-/* What parse_openai and llm_api_openai_scan share once they have the fields:
+/* What parse_openai and llm_api_scan share once they have the fields:
  * fr, refusal, content are NULL when absent or not strings; out->text and
  * the token counts are set already. */
 static void openai_classify(llm_api_result *out, const char *fr, const char *refusal, const char *content) {
@@ -290,12 +290,12 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
     openai_classify(out, get_str(choice, "finish_reason"), get_str(msg, "refusal"), content);
 }
 
-/* ---- a chat completion without a DOM -----------------------------------
+/* ---- an answer without a DOM -------------------------------------------
  * Every answer passes here, and cJSON spends most of its parse on members
  * nobody reads (id, model, the usage details...): 64 allocations and
- * 1.5 us for the shape in ../shared/llm-api.  llm_api_openai_scan reads
- * the body once, checking that it is JSON and keeping only what parse_openai
- * reads, with the same rules (the first of duplicate keys, a member of
+ * 1.5 us for the chat completion in ../shared/llm-api.  llm_api_scan reads
+ * the body once, checking that it is JSON and keeping only what
+ * parse_openai (or parse_anthropic, below it) reads, with the same rules (the first of duplicate keys, a member of
  * the wrong type counts as absent).  What it does not handle (an escaped
  * key, \u0000 or a lone surrogate, a token count that is not a plain
  * integer, a top-level value that is not an object, text after it,
@@ -310,7 +310,9 @@ typedef struct oa_scan {
     int depth;
     char *fr, *refusal, *content; /* malloc'd; NULL = absent or not a string */
     long ptoks, ctoks;
-    int choice;                   /* choices[0] is an object */
+    int choice;                   /* OpenAI: choices[0] is an object */
+    int blocks;                   /* Anthropic: content is an array */
+    sbuf text;                    /* Anthropic: its text blocks, joined */
 } oa_scan;
 
 static void oa_ws(oa_scan *s) {
@@ -516,12 +518,13 @@ static int oa_object(oa_scan *s, oa_member_fn fn, void *ctx) {
     }
 }
 
-/* The array at s->p; first (NULL = skip) reads its first element. */
-static int oa_array(oa_scan *s, int (*first)(oa_scan *s)) {
+/* The array at s->p: fn (NULL = skip every element) is called with s->p
+ * at each element and its index, and must read past it. */
+static int oa_array(oa_scan *s, int (*fn)(oa_scan *s, size_t i)) {
     int r = oa_open(s, ']');
     if (r != 0) return r < 0 ? -1 : 0;
-    for (int i = 0;; i++) {
-        if (i == 0 && first ? first(s) : oa_value(s)) return -1;
+    for (size_t i = 0;; i++) {
+        if (fn ? fn(s, i) : oa_value(s)) return -1;
         if ((r = oa_next(s, ']')) <= 0) return r;
     }
 }
@@ -582,6 +585,18 @@ typedef struct oa_seen {
     int a, b;
 } oa_seen;
 
+/* An object member that is wanted: its members go to fn when it is an
+ * object met for the first time, else it is skipped. */
+static int oa_take_object(oa_scan *s, int *seen, oa_member_fn fn) {
+    if (*seen || s->p >= s->end || *s->p != '{') {
+        *seen = 1;
+        return oa_value(s);
+    }
+    *seen = 1;
+    oa_seen q = {0, 0};
+    return oa_object(s, fn, &q);
+}
+
 static int oa_message_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     oa_seen *q = ctx;
     if (OA_KEY(k, kl, "content")) return oa_take_string(s, &s->content, &q->a);
@@ -592,18 +607,12 @@ static int oa_message_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
 static int oa_choice_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     oa_seen *q = ctx;
     if (OA_KEY(k, kl, "finish_reason")) return oa_take_string(s, &s->fr, &q->a);
-    if (OA_KEY(k, kl, "message") && !q->b) {
-        q->b = 1;
-        if (s->p < s->end && *s->p == '{') {
-            oa_seen m = {0, 0};
-            return oa_object(s, oa_message_member, &m);
-        }
-    }
+    if (OA_KEY(k, kl, "message")) return oa_take_object(s, &q->b, oa_message_member);
     return oa_value(s);
 }
 
-static int oa_first_choice(oa_scan *s) {
-    if (s->p < s->end && *s->p == '{') {
+static int oa_first_choice(oa_scan *s, size_t i) {
+    if (i == 0 && s->p < s->end && *s->p == '{') {
         s->choice = 1;
         oa_seen q = {0, 0};
         return oa_object(s, oa_choice_member, &q);
@@ -641,42 +650,31 @@ static int oa_top_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
         if (s->p < s->end && *s->p == '[') return oa_array(s, oa_first_choice);
         return oa_value(s);
     }
-    if (OA_KEY(k, kl, "usage") && !q->b) {
-        q->b = 1;
-        if (s->p < s->end && *s->p == '{') {
-            oa_seen u = {0, 0};
-            return oa_object(s, oa_usage_member, &u);
-        }
-    }
+    if (OA_KEY(k, kl, "usage")) return oa_take_object(s, &q->b, oa_usage_member);
     return oa_value(s);
 }
 
-int llm_api_openai_scan(const char *body, size_t len, llm_api_result *out) {
-    oa_scan s = {0};
-    s.p = body;
-    s.end = body + len;
-    oa_seen q = {0, 0};
-    oa_ws(&s);
-    int rc = -1;
-    if (s.p >= s.end || *s.p != '{' || oa_object(&s, oa_top_member, &q)) goto done;
-    oa_ws(&s);
-    if (s.p != s.end) goto done;
-    memset(out, 0, sizeof(*out));
-    out->prompt_tokens = s.ptoks;
-    out->completion_tokens = s.ctoks;
-    if (!s.choice) {
-        openai_no_choices(out);
+static void anthropic_no_content(llm_api_result *out) {
+    out->category = DECIDE_CAT_SERVER_ERROR;
+    snprintf(out->error, sizeof(out->error), "response has no content");
+}
+
+/* What parse_anthropic and the scanner share: sr is the stop reason (NULL
+ * = absent or not a string), total the length of the joined text blocks;
+ * out->text, the token counts and the finish reason are set already. */
+static void anthropic_classify(llm_api_result *out, const char *sr, size_t total) {
+    if (sr && !strcmp(sr, "refusal")) {
+        out->category = DECIDE_CAT_REFUSAL;
+        snprintf(out->error, sizeof(out->error), "refusal (stop_reason refusal)");
+    } else if (sr && !strcmp(sr, "max_tokens")) {
+        out->category = DECIDE_CAT_TRUNCATED;
+        snprintf(out->error, sizeof(out->error), "output cut at max_tokens (stop_reason max_tokens)");
+    } else if (!total) {
+        out->category = DECIDE_CAT_EMPTY;
+        snprintf(out->error, sizeof(out->error), "empty answer");
     } else {
-        out->text = s.content;
-        s.content = NULL;
-        openai_classify(out, s.fr, s.refusal, out->text);
+        out->category = DECIDE_CAT_OK;
     }
-    rc = 0;
-done:
-    free(s.fr);
-    free(s.refusal);
-    free(s.content);
-    return rc;
 }
 
 static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
@@ -687,8 +685,7 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
     snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", sr ? sr : "");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
     if (!cJSON_IsArray(content)) {
-        out->category = DECIDE_CAT_SERVER_ERROR;
-        snprintf(out->error, sizeof(out->error), "response has no content");
+        anthropic_no_content(out);
         return;
     }
     size_t total = 0;
@@ -710,24 +707,107 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
         }
         out->text[off] = '\0';
     }
-    if (sr && !strcmp(sr, "refusal")) {
-        out->category = DECIDE_CAT_REFUSAL;
-        snprintf(out->error, sizeof(out->error), "refusal (stop_reason refusal)");
-    } else if (sr && !strcmp(sr, "max_tokens")) {
-        out->category = DECIDE_CAT_TRUNCATED;
-        snprintf(out->error, sizeof(out->error), "output cut at max_tokens (stop_reason max_tokens)");
-    } else if (!total) {
-        out->category = DECIDE_CAT_EMPTY;
-        snprintf(out->error, sizeof(out->error), "empty answer");
-    } else {
-        out->category = DECIDE_CAT_OK;
+    anthropic_classify(out, sr, total);
+}
+
+/* ---- the scanner for Anthropic's Messages answers ----------------------
+ * The same reading as parse_anthropic: the first "content" member, when an
+ * array, gives its blocks whose first "type" is "text" and whose first
+ * "text" is a string, joined. */
+
+typedef struct an_block {
+    char *type, *text;
+    oa_seen seen;
+} an_block;
+
+static int an_block_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    an_block *b = ctx;
+    if (OA_KEY(k, kl, "type")) return oa_take_string(s, &b->type, &b->seen.a);
+    if (OA_KEY(k, kl, "text")) return oa_take_string(s, &b->text, &b->seen.b);
+    return oa_value(s);
+}
+
+static int an_block_elem(oa_scan *s, size_t i) {
+    (void)i;
+    if (s->p >= s->end || *s->p != '{') return oa_value(s);
+    an_block b = {NULL, NULL, {0, 0}};
+    int r = oa_object(s, an_block_member, &b);
+    if (!r && b.type && b.text && !strcmp(b.type, "text") && sbuf_puts(&s->text, b.text)) r = -1;
+    free(b.type);
+    free(b.text);
+    return r;
+}
+
+static int an_usage_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    oa_seen *q = ctx;
+    if (OA_KEY(k, kl, "input_tokens")) return oa_take_count(s, &s->ptoks, &q->a);
+    if (OA_KEY(k, kl, "output_tokens")) return oa_take_count(s, &s->ctoks, &q->b);
+    return oa_value(s);
+}
+
+typedef struct an_top_seen {
+    int content, usage, stop;
+} an_top_seen;
+
+static int an_top_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    an_top_seen *q = ctx;
+    if (OA_KEY(k, kl, "stop_reason")) return oa_take_string(s, &s->fr, &q->stop);
+    if (OA_KEY(k, kl, "content") && !q->content) {
+        q->content = 1;
+        if (s->p < s->end && *s->p == '[') {
+            s->blocks = 1;
+            return oa_array(s, an_block_elem);
+        }
     }
+    if (OA_KEY(k, kl, "usage")) return oa_take_object(s, &q->usage, an_usage_member);
+    return oa_value(s);
+}
+
+int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_result *out) {
+    oa_scan s = {0};
+    s.p = body;
+    s.end = body + len;
+    oa_seen q = {0, 0};
+    an_top_seen aq = {0, 0, 0};
+    int anthropic = provider == LLM_PROVIDER_ANTHROPIC;
+    oa_ws(&s);
+    int rc = -1;
+    if (s.p >= s.end || *s.p != '{' ||
+        (anthropic ? oa_object(&s, an_top_member, &aq) : oa_object(&s, oa_top_member, &q)))
+        goto done;
+    oa_ws(&s);
+    if (s.p != s.end) goto done;
+    memset(out, 0, sizeof(*out));
+    out->prompt_tokens = s.ptoks;
+    out->completion_tokens = s.ctoks;
+    if (anthropic) {
+        snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", s.fr ? s.fr : "");
+        if (!s.blocks) {
+            anthropic_no_content(out);
+        } else {
+            size_t total = s.text.len;
+            out->text = sbuf_take(&s.text);
+            anthropic_classify(out, s.fr, total);
+        }
+    } else if (!s.choice) {
+        openai_no_choices(out);
+    } else {
+        out->text = s.content;
+        s.content = NULL;
+        openai_classify(out, s.fr, s.refusal, out->text);
+    }
+    rc = 0;
+done:
+    free(s.fr);
+    free(s.refusal);
+    free(s.content);
+    sbuf_free(&s.text);
+    return rc;
 }
 
 void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
                    llm_api_result *out) {
-    if (provider == LLM_PROVIDER_OPENAI && status >= 200 && status < 300 && body && len &&
-        llm_api_openai_scan(body, len, out) == 0)
+    if (status >= 200 && status < 300 && body && len && llm_api_scan(provider, body, len, out) == 0)
         return;
     llm_api_parse_dom(provider, status, body, len, out);
 }

@@ -59,11 +59,11 @@ void llm_api_parse(llm_provider provider, long status, const char *body, size_t 
 void llm_api_parse_dom(llm_provider provider, long status, const char *body, size_t len,
                        llm_api_result *out);
 
-/* The OpenAI 2xx answer read without a DOM (what llm_api_parse tries
- * first): 0 = read, out filled exactly as llm_api_parse_dom would fill it;
- * -1 = left to cJSON (a body it does not handle, see llm_api.c), out
- * untouched.  body: borrowed. */
-int llm_api_openai_scan(const char *body, size_t len, llm_api_result *out);
+/* A 2xx answer read without a DOM (what llm_api_parse tries first): 0 =
+ * read, out filled exactly as llm_api_parse_dom would fill it; -1 = left
+ * to cJSON (a body it does not handle, see llm_api.c), out untouched.
+ * body: borrowed. */
+int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_result *out);
 void llm_api_result_clear(llm_api_result *r);
 
 /* The category of an HTTP status and error body (4xx/5xx). */

@@ -296,10 +296,10 @@ static void test_retry_conversation(void **s) {
 }
 
 /* llm_api_parse and the cJSON-only llm_api_parse_dom give the same result. */
-static void assert_same_as_dom(const char *body, size_t len) {
+static void assert_same_as_dom_of(llm_provider provider, const char *body, size_t len) {
     llm_api_result a, b;
-    llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, len, &a);
-    llm_api_parse_dom(LLM_PROVIDER_OPENAI, 200, body, len, &b);
+    llm_api_parse(provider, 200, body, len, &a);
+    llm_api_parse_dom(provider, 200, body, len, &b);
     assert_int_equal(a.category, b.category);
     if (!a.text || !b.text) assert_ptr_equal(a.text, b.text);
     else assert_string_equal(a.text, b.text);
@@ -311,18 +311,28 @@ static void assert_same_as_dom(const char *body, size_t len) {
     llm_api_result_clear(&b);
 }
 
-/* scanned: 1 when llm_api_openai_scan must read the body itself, 0 when
- * it must leave it to cJSON. */
-static void check_scan(const char *body, size_t len, int scanned) {
+static void assert_same_as_dom(const char *body, size_t len) {
+    assert_same_as_dom_of(LLM_PROVIDER_OPENAI, body, len);
+}
+
+/* scanned: 1 when llm_api_scan must read the body itself, 0 when it must
+ * leave it to cJSON. */
+static void check_scan_of(llm_provider provider, const char *body, size_t len, int scanned) {
     llm_api_result r;
     memset(&r, 0x5a, sizeof(r));
-    int rc = llm_api_openai_scan(body, len, &r);
+    int rc = llm_api_scan(provider, body, len, &r);
     if (rc != (scanned ? 0 : -1)) fail_msg("scan returned %d for: %.*s", rc, (int)len, body);
     if (rc == 0) llm_api_result_clear(&r);
-    assert_same_as_dom(body, len);
+    assert_same_as_dom_of(provider, body, len);
+}
+
+static void check_scan(const char *body, size_t len, int scanned) {
+    check_scan_of(LLM_PROVIDER_OPENAI, body, len, scanned);
 }
 
 #define CHECK_SCAN(body, scanned) check_scan((body), sizeof(body) - 1, (scanned))
+#define CHECK_SCAN_ANTHROPIC(body, scanned) \
+    check_scan_of(LLM_PROVIDER_ANTHROPIC, (body), sizeof(body) - 1, (scanned))
 
 /* The answer read without a DOM (the fast path of every OpenAI answer)
  * against cJSON's reading of the same body, on the shapes it reads and
@@ -333,7 +343,7 @@ static void test_openai_scan(void **s) {
     if (!body) skip();
     check_scan(body, strlen(body), 1);
     llm_api_result r;
-    assert_int_equal(llm_api_openai_scan(body, strlen(body), &r), 0);
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_OPENAI, body, strlen(body), &r), 0);
     assert_int_equal(r.category, DECIDE_CAT_OK);
     assert_string_equal(r.text, "{\"name\":\"Desk lamp\",\"price\":24.5}");
     assert_int_equal(r.prompt_tokens, 52);
@@ -349,7 +359,7 @@ static void test_openai_scan(void **s) {
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\u20AC\\ud83d\\ude00\"},"
                "\"finish_reason\":\"st\\u006fp\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":-4}}", 1);
     const char *emoji = "{\"choices\":[{\"message\":{\"content\":\"\\u00e9\\ud83d\\ude00\"}}]}";
-    assert_int_equal(llm_api_openai_scan(emoji, strlen(emoji), &r), 0);
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_OPENAI, emoji, strlen(emoji), &r), 0);
     assert_string_equal(r.text, "\xc3\xa9\xf0\x9f\x98\x80");
     llm_api_result_clear(&r);
     /* the first of duplicate keys counts, whatever its type */
@@ -415,10 +425,63 @@ static void test_openai_scan(void **s) {
         char *part = malloc(cut);
         memcpy(part, full, cut);
         llm_api_result t;
-        assert_int_equal(llm_api_openai_scan(part, cut, &t), -1);
+        assert_int_equal(llm_api_scan(LLM_PROVIDER_OPENAI, part, cut, &t), -1);
         assert_same_as_dom(part, cut);
         free(part);
     }
+}
+
+/* Anthropic's Messages answers through the same scanner. */
+static void test_anthropic_scan(void **s) {
+    (void)s;
+    char *body = slurp("anthropic-response.json");
+    if (!body) skip();
+    check_scan_of(LLM_PROVIDER_ANTHROPIC, body, strlen(body), 1);
+    llm_api_result r;
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, body, strlen(body), &r), 0);
+    assert_int_equal(r.category, DECIDE_CAT_OK);
+    assert_non_null(r.text);
+    assert_true(r.prompt_tokens > 0 && r.completion_tokens > 0);
+    llm_api_result_clear(&r);
+    free(body);
+
+    /* text blocks joined; other blocks, and blocks of the wrong shape, left out */
+    const char *two = "{\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"tool_use\",\"text\":\"X\"},"
+                      "{\"type\":\"text\",\"text\":\"c\\u00e9\"},{\"text\":\"Y\"},{\"type\":\"text\"},7,\"s\",[],"
+                      "{\"type\":\"text\",\"text\":3}],\"stop_reason\":\"end_turn\","
+                      "\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}";
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, two, strlen(two), &r), 0);
+    assert_string_equal(r.text, "abc\xc3\xa9");
+    assert_string_equal(r.finish_reason, "end_turn");
+    assert_int_equal(r.prompt_tokens, 9);
+    assert_int_equal(r.completion_tokens, 4);
+    llm_api_result_clear(&r);
+    check_scan_of(LLM_PROVIDER_ANTHROPIC, two, strlen(two), 1);
+    /* the first of duplicate keys, in a block and at the top */
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"image\",\"type\":\"text\",\"text\":\"A\",\"text\":\"B\"}]}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"A\"}],\"content\":[]}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"content\":{\"type\":\"text\",\"text\":\"A\"},\"content\":[]}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"stop_reason\":null,\"stop_reason\":\"refusal\",\"content\":[]}", 1);
+    /* categories */
+    CHECK_SCAN_ANTHROPIC("{\"content\":[],\"stop_reason\":\"refusal\"}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"{\"}],\"stop_reason\":\"max_tokens\"}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"\"}]}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"content\":\"text\"}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"usage\":{\"input_tokens\":\"9\"}}", 1);
+    CHECK_SCAN_ANTHROPIC("{}", 1);
+    /* left to cJSON */
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"a\\u0000b\"}]}", 0);
+    CHECK_SCAN_ANTHROPIC("{\"usage\":{\"output_tokens\":4.0},\"content\":[]}", 0);
+    CHECK_SCAN_ANTHROPIC("{\"cont\\u0065nt\":[]}", 0);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[]}x", 0);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"a\\udd00\"}]}", 0);
+    /* an OpenAI body read as Anthropic's, and the other way round */
+    char *oa = slurp("openai-response.json");
+    check_scan_of(LLM_PROVIDER_ANTHROPIC, oa, strlen(oa), 1);
+    free(oa);
+    char *an = slurp("anthropic-response.json");
+    check_scan_of(LLM_PROVIDER_OPENAI, an, strlen(an), 1);
+    free(an);
 }
 
 int main(void) {
@@ -426,7 +489,7 @@ int main(void) {
         cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
-        cmocka_unit_test(test_openai_scan),
+        cmocka_unit_test(test_openai_scan),       cmocka_unit_test(test_anthropic_scan),
     };
     return cmocka_run_group_tests_name("llm_api", tests, NULL, NULL);
 }
