@@ -380,9 +380,9 @@ static int oa_string(oa_scan *s, const char **raw, size_t *len, int *esc) {
     return 0;
 }
 
-/* A malloc'd copy of a scanned string with its escapes decoded.  NULL on
- * out of memory or an escape cJSON would not decode to the same text
- * (\u0000 ends its string early; a lone surrogate fails its parse). */
+/* A malloc'd copy of a string oa_string took (its escapes and surrogate
+ * pairs checked there), decoded.  NULL on out of memory or a \u0000,
+ * which ends cJSON's copy of the string early. */
 static char *oa_decode(const char *r, size_t n) {
     char *o = malloc(n + 1), *d = o;
     if (!o) return NULL;
@@ -398,13 +398,11 @@ static char *oa_decode(const char *r, size_t n) {
             continue;
         }
         unsigned cp, lo;
-        oa_hex4(r + i, &cp); /* checked by oa_string */
+        oa_hex4(r + i, &cp);
         i += 4;
-        if (cp == 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) goto fail;
-        if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (n - i < 6 || r[i] != '\\' || r[i + 1] != 'u' || oa_hex4(r + i + 2, &lo) || lo < 0xDC00 ||
-                lo > 0xDFFF)
-                goto fail;
+        if (cp == 0) goto fail;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its low one follows */
+            oa_hex4(r + i + 2, &lo);
             i += 6;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
