@@ -192,18 +192,18 @@ def floors():
         log("  relay at a worker's pace (80 in flight, 3 ms hold): %6.0f msgs/s, %5.1f us CPU/msg" %
             (f["jobs_per_s"], f["cpu_us_per_msg"]))
 
-        bodies = os.path.join(st.dir, "bodies.txt")
-        bodies_2s = os.path.join(st.dir, "bodies-2s.txt")
-        with open(bodies, "w") as f:
-            for s in SCHEMAS:
-                f.write(chat_body(s, PROMPTS[s]) + "\n")
-        with open(bodies_2s, "w") as f:
-            for s in SCHEMAS:
-                f.write(chat_body(s, PROMPTS[s] + " [[mock latency_ms=2000]]") + "\n")
-        bodies_paced = os.path.join(st.dir, "bodies-9ms.txt")
-        with open(bodies_paced, "w") as f:
-            for s in SCHEMAS:
-                f.write(chat_body(s, PROMPTS[s] + " [[mock latency_ms=9]]") + "\n")
+        def bodies_file(name, directive=""):
+            """A file of the worker's request bodies, one per schema, each
+            prompt followed by a mock directive."""
+            path = os.path.join(st.dir, name)
+            with open(path, "w") as f:
+                for s in SCHEMAS:
+                    f.write(chat_body(s, PROMPTS[s] + directive) + "\n")
+            return path
+
+        bodies = bodies_file("bodies.txt")
+        bodies_2s = bodies_file("bodies-2s.txt", " [[mock latency_ms=2000]]")
+        bodies_paced = bodies_file("bodies-9ms.txt", " [[mock latency_ms=9]]")
         url = st.llm_url + "/v1/chat/completions"
         # 64 and 1,000 concurrent instant calls (the a_instant and
         # a_instant_hi/scale in-flight bounds), and 10,000 of 2 s (c_2s_10k).
