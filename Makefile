@@ -197,7 +197,7 @@ $(BUILD)/fuzz-schema: $(FUZZ_SRC) $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(call pc,$(COMMON_PKGS)) -lm -lpthread
 
-# The OpenAI answer scanner against cJSON (tests/fuzz_llm_api.c).
+# The answer scanner of both APIs against cJSON (tests/fuzz_llm_api.c).
 FUZZ_LLM_SRC := tests/fuzz_llm_api.c worker/llm_api.c worker/decide.c common/util.c common/jsonout.c
 $(BUILD)/fuzz-llm-api: $(FUZZ_LLM_SRC) worker/llm_api.h worker/decide.h $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
