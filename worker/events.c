@@ -79,14 +79,33 @@ static int put_str(sbuf *b, const char *name, const char *v) {
     return sbuf_puts(b, name) || sbuf_json_string(b, v, strlen(v));
 }
 
+/* Appends one attempt's entry of the final event's summary. */
+static int put_summary(sbuf *b, int first, double attempt, const char *outcome, const cJSON *violations,
+                       double latency_ms) {
+    if ((!first && sbuf_puts(b, ",")) || sbuf_puts(b, "{\"attempt\":") || jsonout_number(b, attempt) ||
+        put_str(b, ",\"outcome\":", outcome) || sbuf_puts(b, ",\"codes\":["))
+        return -1;
+    int first_code = 1;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, violations) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
+        if (!cJSON_IsString(code)) continue;
+        if ((!first_code && sbuf_puts(b, ",")) || sbuf_json_string(b, code->valuestring, strlen(code->valuestring)))
+            return -1;
+        first_code = 0;
+    }
+    return sbuf_puts(b, "],\"latency_ms\":") || jsonout_number(b, latency_ms) || sbuf_puts(b, "}");
+}
+
 /* Written as text, not built as a tree: a final event is what almost every
  * job ends with.  Same members, same order and same bytes as the tree
  * (jsonout prints like cJSON). */
 char *events_final(const job *j, const char *schema_name, const char *model, const cJSON *history,
-                   int64_t wall_ms) {
+                   const events_attempt *last, int64_t wall_ms) {
     sbuf b = {0};
     char *out = NULL;
-    const cJSON *last = cJSON_GetArrayItem(history, cJSON_GetArraySize(history) - 1);
+    int n = cJSON_GetArraySize(history);
+    const cJSON *last_rec = last ? NULL : cJSON_GetArrayItem(history, n - 1);
     double p = 0, c = 0;
     const cJSON *rec;
     cJSON_ArrayForEach(rec, history) {
@@ -94,41 +113,37 @@ char *events_final(const job *j, const char *schema_name, const char *model, con
         p += num(u, "prompt_tokens");
         c += num(u, "completion_tokens");
     }
+    if (last) {
+        p += (double)last->prompt_tokens;
+        c += (double)last->completion_tokens;
+    }
+    double attempt = last ? last->attempt : last_rec ? num(last_rec, "attempt") : j->attempt;
     char ts[40];
     util_rfc3339(wall_ms, ts, sizeof(ts));
-    const cJSON *value = cJSON_GetObjectItemCaseSensitive(last, "value");
+    const cJSON *value = last_rec ? cJSON_GetObjectItemCaseSensitive(last_rec, "value") : NULL;
     if (sbuf_reserve(&b, 1024) || put_str(&b, "{\"job_id\":", j->job_id) ||
-        sbuf_puts(&b, ",\"attempt\":") || jsonout_number(&b, last ? num(last, "attempt") : j->attempt) ||
-        sbuf_puts(&b, ",\"attempts\":") || jsonout_number(&b, cJSON_GetArraySize(history)) ||
+        sbuf_puts(&b, ",\"attempt\":") || jsonout_number(&b, attempt) ||
+        sbuf_puts(&b, ",\"attempts\":") || jsonout_number(&b, n + (last ? 1 : 0)) ||
         sbuf_puts(&b, ",\"usage\":{\"prompt_tokens\":") || jsonout_number(&b, p) ||
         sbuf_puts(&b, ",\"completion_tokens\":") || jsonout_number(&b, c) ||
         sbuf_puts(&b, ",\"total_tokens\":") || jsonout_number(&b, p + c) ||
         sbuf_puts(&b, "},\"metadata\":") || (j->metadata ? jsonout_value(&b, j->metadata) : sbuf_puts(&b, "null")) ||
         (j->batch_id ? put_str(&b, ",\"batch_id\":", j->batch_id) : sbuf_puts(&b, ",\"batch_id\":null")) ||
         put_str(&b, ",\"schema\":", schema_name) || (model && put_str(&b, ",\"model\":", model)) ||
-        put_str(&b, ",\"finished_at\":", ts) ||
-        sbuf_puts(&b, ",\"output\":") || (value ? jsonout_value(&b, value) : sbuf_puts(&b, "null")) ||
+        put_str(&b, ",\"finished_at\":", ts) || sbuf_puts(&b, ",\"output\":") ||
+        (last && last->value ? sbuf_puts(&b, last->value)
+                             : value ? jsonout_value(&b, value) : sbuf_puts(&b, "null")) ||
         sbuf_puts(&b, ",\"summary\":["))
         goto cleanup;
     cJSON_ArrayForEach(rec, history) {
         const cJSON *outcome = cJSON_GetObjectItemCaseSensitive(rec, "outcome");
-        if ((rec != history->child && sbuf_puts(&b, ",")) || sbuf_puts(&b, "{\"attempt\":") ||
-            jsonout_number(&b, num(rec, "attempt")) ||
-            put_str(&b, ",\"outcome\":", cJSON_IsString(outcome) ? outcome->valuestring : "error") ||
-            sbuf_puts(&b, ",\"codes\":["))
-            goto cleanup;
-        int first = 1;
-        const cJSON *v;
-        cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(rec, "violations")) {
-            const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
-            if (!cJSON_IsString(code)) continue;
-            if ((!first && sbuf_puts(&b, ",")) || sbuf_json_string(&b, code->valuestring, strlen(code->valuestring)))
-                goto cleanup;
-            first = 0;
-        }
-        if (sbuf_puts(&b, "],\"latency_ms\":") || jsonout_number(&b, num(rec, "latency_ms")) || sbuf_puts(&b, "}"))
+        if (put_summary(&b, rec == history->child, num(rec, "attempt"),
+                        cJSON_IsString(outcome) ? outcome->valuestring : "error",
+                        cJSON_GetObjectItemCaseSensitive(rec, "violations"), num(rec, "latency_ms")))
             goto cleanup;
     }
+    if (last && put_summary(&b, n == 0, last->attempt, last->outcome, last->violations, last->latency_ms))
+        goto cleanup;
     if (sbuf_puts(&b, "]}")) goto cleanup;
     out = sbuf_take(&b);
 cleanup:

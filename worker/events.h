@@ -39,9 +39,23 @@ cJSON *events_usage_total(const cJSON *history);
  * final and escalation events refer to parts of history and of the job
  * (cJSON references, not copies): print or delete the event before
  * those go. */
-/* The final event as JSON text (malloc'd, taken), or NULL on OOM. */
+/* An attempt as the final event reads it, for the attempt whose record
+ * exists only as text (the worker writes its records without a tree).
+ * Everything borrowed. */
+typedef struct events_attempt {
+    int attempt;
+    const char *outcome;        /* "valid", "invalid" or "error" */
+    const cJSON *violations;    /* array, or NULL */
+    double latency_ms;
+    long prompt_tokens, completion_tokens;
+    const char *value;          /* the output as JSON text, or NULL */
+} events_attempt;
+
+/* The final event as JSON text (malloc'd, taken), or NULL on OOM.  The
+ * attempts are history's records then last; last NULL: history's last
+ * record is the last attempt. */
 char *events_final(const job *j, const char *schema_name, const char *model,
-                   const cJSON *history, int64_t wall_ms);
+                   const cJSON *history, const events_attempt *last, int64_t wall_ms);
 cJSON *events_escalation(const job *j, const char *schema_name, const char *model,
                          const cJSON *history, int64_t wall_ms);
 cJSON *events_dead_letter(const char *reason, const cJSON *violations, const char *job_id,

@@ -95,7 +95,9 @@ typedef struct wjob {
     char *text;
     cJSON *value;
     cJSON *violations;
-    cJSON *rec;              /* this attempt's record; refers to value and violations */
+    char *value_text;        /* value printed: the record's and the final event's */
+    char *rec;               /* this attempt's record, JSON text */
+    double rec_latency_ms;   /* its latency_ms, for the final event */
     /* what gets produced */
     event_type ev_type;
     const char *ev_topic;
@@ -250,7 +252,8 @@ static void wjob_close_cb(uv_handle_t *h) {
     schema_free(j->inline_compiled);
     free(j->inline_text);
     free(j->text);
-    cJSON_Delete(j->rec);
+    free(j->rec);
+    free(j->value_text);
     cJSON_Delete(j->value);
     cJSON_Delete(j->violations);
     free(j->ev_value);
@@ -382,7 +385,7 @@ static void build_from_history(wjob *j, const char *status, const cJSON *history
     int attempt = cJSON_IsNumber(att) ? (int)att->valuedouble : j->job.attempt;
     if (!strcmp(status, "final")) {
         set_event(j, EVENT_FINAL, w->t_final, attempt, NULL,
-                  events_final(&j->job, j->schema_name, j->model, history, util_wall_ms()));
+                  events_final(&j->job, j->schema_name, j->model, history, NULL, util_wall_ms()));
     } else {
         set_event(j, EVENT_ESCALATED, w->t_esc, attempt,
                   events_escalation(&j->job, j->schema_name, j->model, history, util_wall_ms()), NULL);
@@ -436,6 +439,14 @@ static void build_retry(wjob *j, int attempt, const char *reason, const cJSON *v
 
 static void finish_retry_timer(uv_timer_t *t);
 
+/* An attempt's outcome as its record and the final event's summary say. */
+static const char *outcome_name(decide_category cat) {
+    return cat == DECIDE_CAT_OK                                                  ? "valid"
+           : (cat >= DECIDE_CAT_INVALID && cat <= DECIDE_CAT_CONTENT_FILTER) ? "invalid"
+                                                                                 : "error";
+}
+
+
 static void on_finish(void *ud, const state_reply *r) {
     wjob *j = ud;
     worker *w = j->w;
@@ -456,89 +467,79 @@ static void on_finish(void *ud, const state_reply *r) {
     if (j->action == DECIDE_RETRY) {
         const char *out = j->text ? j->text : "";
         build_retry(j, j->job.attempt, j->reason, j->violations, out);
+    } else if (j->action == DECIDE_FINAL) {
+        /* The records before this attempt (from Redis), then this one's,
+         * which is only text: the event reads its parts from the job. */
+        events_attempt last = {j->job.attempt, outcome_name(j->cat), j->violations, j->rec_latency_ms,
+                               j->ptoks, j->ctoks, j->value_text};
+        set_event(j, EVENT_FINAL, w->t_final, j->job.attempt, NULL,
+                  events_final(&j->job, j->schema_name, j->model, r->history, &last, util_wall_ms()));
     } else {
-        /* The records before this attempt (from Redis) and this one's. */
+        /* An escalation carries every record: this one's is read back
+         * (escalations are few). */
         cJSON *history = cJSON_CreateArray();
+        cJSON *mine = cJSON_Parse(j->rec);
         const cJSON *rec;
         cJSON_ArrayForEach(rec, r->history) cJSON_AddItemReferenceToArray(history, (cJSON *)rec);
-        cJSON_AddItemReferenceToArray(history, j->rec);
-        build_from_history(j, j->action == DECIDE_FINAL ? "final" : "escalated", history);
+        if (mine) cJSON_AddItemToArray(history, mine);
+        build_from_history(j, "escalated", history);
         cJSON_Delete(history);
     }
     log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
     produce_outcome(j);
 }
 
-/* Members of an attempt record: keys are string constants and strings the
- * job or the worker holds are referenced, not copied (the record lives no
- * longer than the job, and nothing changes them once it is made): half the
- * allocations of cJSON_Add*ToObject. */
-static void rec_ref(cJSON *o, const char *key, const char *s) {
-    cJSON_AddItemToObjectCS(o, key, cJSON_CreateStringReference(s));
+/* Appends ,"key": and s as a JSON string, or null when s is NULL. */
+static int rec_str(sbuf *b, const char *key, const char *s) {
+    return sbuf_puts(b, key) || (s ? sbuf_json_string(b, s, strlen(s)) : sbuf_puts(b, "null"));
 }
 
-static void rec_num(cJSON *o, const char *key, double d) {
-    cJSON_AddItemToObjectCS(o, key, cJSON_CreateNumber(d));
-}
+static int rec_num(sbuf *b, const char *key, double d) { return sbuf_puts(b, key) || jsonout_number(b, d); }
 
-/* References j->value, j->violations and the job's strings rather than
- * copying them: the record lives no longer than the job. */
-static cJSON *attempt_record(wjob *j) {
-    worker *w = j->w;
-    cJSON *rec = cJSON_CreateObject();
-    rec_num(rec, "attempt", j->job.attempt);
-    const char *outcome = j->cat == DECIDE_CAT_OK ? "valid"
-                          : (j->cat >= DECIDE_CAT_INVALID && j->cat <= DECIDE_CAT_CONTENT_FILTER) ? "invalid"
-                                                                                                   : "error";
-    rec_ref(rec, "outcome", outcome);
-    rec_ref(rec, "category", decide_category_name(j->cat));
-    rec_ref(rec, "decision", j->action == DECIDE_FINAL ? "final" : j->action == DECIDE_RETRY ? "retry" : "escalate");
-    rec_ref(rec, "reason", j->reason);
-    if (j->text && strlen(j->text) <= OUTPUT_RECORD_CAP) {
-        rec_ref(rec, "output", j->text);
-    } else if (j->text) {
-        char *capped = capped_copy(j->text, OUTPUT_RECORD_CAP);
-        cJSON_AddStringToObject(rec, "output", capped ? capped : "");
-        free(capped);
-    } else {
-        cJSON_AddItemToObjectCS(rec, "output", cJSON_CreateNull());
-    }
-    if (j->value) {
-        /* Printed once here; the final event reuses the text (a raw item
-         * prints as it is). */
-        cJSON *raw = cJSON_CreateRaw(NULL);
-        if (raw && (raw->valuestring = jsonout_print(j->value))) {
-            cJSON_AddItemToObjectCS(rec, "value", raw);
-        } else {
-            cJSON_Delete(raw);
-            cJSON_AddItemReferenceToObject(rec, "value", j->value);
-        }
-    }
-    if (j->violations) cJSON_AddItemReferenceToObject(rec, "violations", j->violations);
-    else cJSON_AddItemToObjectCS(rec, "violations", cJSON_CreateArray());
-    cJSON *u = cJSON_CreateObject();
-    cJSON_AddItemToObjectCS(rec, "usage", u);
-    rec_num(u, "prompt_tokens", j->ptoks);
-    rec_num(u, "completion_tokens", j->ctoks);
-    rec_num(u, "total_tokens", j->ptoks + j->ctoks);
-    rec_num(rec, "latency_ms", (double)(util_mono_us() - j->start_us) / 1000.0);
-    rec_num(rec, "llm_latency_ms", j->llm_ms);
-    rec_num(rec, "tries", j->tries + 1);
-    if (j->error[0]) rec_ref(rec, "error", j->error);
-    else cJSON_AddItemToObjectCS(rec, "error", cJSON_CreateNull());
-    if (j->http_status) rec_num(rec, "http_status", j->http_status);
-    if (j->model) rec_ref(rec, "model", j->model);
-    rec_ref(rec, "worker", w->id);
+static int rec_time(sbuf *b, const char *key, int64_t wall_ms) {
     char ts[40];
-    /* received -> started is the wait for the Redis claim (and for the
-     * attempt this one repeats, when the message came twice). */
-    util_rfc3339(j->recv_wall, ts, sizeof(ts));
-    cJSON_AddStringToObject(rec, "received_at", ts);
-    util_rfc3339(j->start_wall, ts, sizeof(ts));
-    cJSON_AddStringToObject(rec, "started_at", ts);
-    util_rfc3339(util_wall_ms(), ts, sizeof(ts));
-    cJSON_AddStringToObject(rec, "finished_at", ts);
-    return rec;
+    util_rfc3339(wall_ms, ts, sizeof(ts));
+    return rec_str(b, key, ts);
+}
+
+/* This attempt's record as JSON text (taken; NULL on OOM).  Written, not
+ * built as a cJSON tree and printed: one buffer instead of some 25
+ * allocations a job.  The bytes are those the tree printed (jsonout
+ * writes as cJSON does), so records written by older workers read the
+ * same. */
+static char *attempt_record(wjob *j) {
+    worker *w = j->w;
+    sbuf b = {0};
+    char *out = NULL, *capped = NULL;
+    const char *output = j->text;
+    if (output && strlen(output) > OUTPUT_RECORD_CAP && !(output = capped = capped_copy(j->text, OUTPUT_RECORD_CAP)))
+        goto cleanup;
+    /* Printed once: the final event takes the same text. */
+    if (j->value && !j->value_text && !(j->value_text = jsonout_print(j->value))) goto cleanup;
+    j->rec_latency_ms = (double)(util_mono_us() - j->start_us) / 1000.0;
+    const char *decision = j->action == DECIDE_FINAL ? "final" : j->action == DECIDE_RETRY ? "retry" : "escalate";
+    if (sbuf_reserve(&b, 512 + (output ? strlen(output) : 0) + (j->value_text ? strlen(j->value_text) : 0)) ||
+        rec_num(&b, "{\"attempt\":", j->job.attempt) || rec_str(&b, ",\"outcome\":", outcome_name(j->cat)) ||
+        rec_str(&b, ",\"category\":", decide_category_name(j->cat)) || rec_str(&b, ",\"decision\":", decision) ||
+        rec_str(&b, ",\"reason\":", j->reason) || rec_str(&b, ",\"output\":", output) ||
+        (j->value_text && (sbuf_puts(&b, ",\"value\":") || sbuf_puts(&b, j->value_text))) ||
+        sbuf_puts(&b, ",\"violations\":") || (j->violations ? jsonout_value(&b, j->violations) : sbuf_puts(&b, "[]")) ||
+        rec_num(&b, ",\"usage\":{\"prompt_tokens\":", j->ptoks) || rec_num(&b, ",\"completion_tokens\":", j->ctoks) ||
+        rec_num(&b, ",\"total_tokens\":", j->ptoks + j->ctoks) || rec_num(&b, "},\"latency_ms\":", j->rec_latency_ms) ||
+        rec_num(&b, ",\"llm_latency_ms\":", j->llm_ms) || rec_num(&b, ",\"tries\":", j->tries + 1) ||
+        rec_str(&b, ",\"error\":", j->error[0] ? j->error : NULL) ||
+        (j->http_status && rec_num(&b, ",\"http_status\":", j->http_status)) ||
+        (j->model && rec_str(&b, ",\"model\":", j->model)) || rec_str(&b, ",\"worker\":", w->id) ||
+        /* received -> started is the wait for the Redis claim (and for the
+         * attempt this one repeats, when the message came twice). */
+        rec_time(&b, ",\"received_at\":", j->recv_wall) || rec_time(&b, ",\"started_at\":", j->start_wall) ||
+        rec_time(&b, ",\"finished_at\":", util_wall_ms()) || sbuf_puts(&b, "}"))
+        goto cleanup;
+    out = sbuf_take(&b);
+cleanup:
+    sbuf_free(&b);
+    free(capped);
+    return out;
 }
 
 static void record_attempt(wjob *j) {
@@ -551,17 +552,15 @@ static void record_attempt(wjob *j) {
         const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
         if (cJSON_IsString(code)) metrics_violation(&w->m, code->valuestring);
     }
-    cJSON_Delete(j->rec);
+    free(j->rec);
     j->rec = attempt_record(j);
-    char *rec = j->rec ? jsonout_print(j->rec) : NULL;
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
-    if (!rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, rec, j->ptoks,
-                             j->ctoks, on_finish, j)) {
+    if (!j->rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, j->rec,
+                                j->ptoks, j->ctoks, on_finish, j)) {
         log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
     }
-    free(rec);
 }
 
 static void finish_retry_timer(uv_timer_t *t) { record_attempt(t->data); }

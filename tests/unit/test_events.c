@@ -29,7 +29,7 @@ static void test_final_from_history(void **s) {
     cJSON *raw = cJSON_CreateRaw("{\"price\":19.99,\"name\":\"caf\xc3\xa9\"}");
     cJSON_AddItemToObject(cJSON_GetArrayItem(history, 1), "value", raw);
 
-    char *text = events_final(&j, "product.v1", "m-1", history, 1763776000123);
+    char *text = events_final(&j, "product.v1", "m-1", history, NULL, 1763776000123);
     assert_non_null(text);
     cJSON *ev = cJSON_Parse(text);
     assert_non_null(ev);
@@ -64,7 +64,7 @@ static void test_final_from_history(void **s) {
     j.batch_id = NULL;
     j.metadata = NULL;
     cJSON_DeleteItemFromObject(cJSON_GetArrayItem(history, 1), "value");
-    text = events_final(&j, "inline", NULL, history, 0);
+    text = events_final(&j, "inline", NULL, history, NULL, 0);
     ev = cJSON_Parse(text);
     assert_non_null(ev);
     assert_null(get(ev, "model"));
@@ -78,9 +78,74 @@ static void test_final_from_history(void **s) {
     cJSON_Delete(j.doc);
 }
 
+/* The worker passes its last attempt as parts (its record is only text):
+ * the event must be the same bytes as when that record is in history. */
+static void test_final_last_as_parts(void **s) {
+    (void)s;
+    job j = {0};
+    j.doc = cJSON_Parse("{\"job_id\":\"j-7\",\"metadata\":{\"t\":1}}");
+    j.job_id = "j-7";
+    j.metadata = get(j.doc, "metadata");
+    const char *rec1 = "{\"attempt\":1,\"outcome\":\"invalid\",\"violations\":[{\"code\":\"MISSING_FIELD\"}],"
+                       "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":20},\"latency_ms\":3.25}";
+    cJSON *violations = cJSON_Parse("[{\"code\":\"OUT_OF_RANGE\",\"path\":\"/a\"},{\"path\":\"/b\"}]");
+    const char *value = "{\"a\":[1,2.5,\"x\\u0001\"],\"b\":null}";
+    events_attempt last = {2, "valid", violations, 12.125, 130, 25, value};
+    /* The same attempt as a record. */
+    cJSON *rec2 = cJSON_CreateObject();
+    cJSON_AddNumberToObject(rec2, "attempt", 2);
+    cJSON_AddStringToObject(rec2, "outcome", "valid");
+    cJSON_AddItemToObject(rec2, "value", cJSON_CreateRaw(value));
+    cJSON_AddItemToObject(rec2, "violations", cJSON_Duplicate(violations, 1));
+    cJSON *u = cJSON_AddObjectToObject(rec2, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", 130);
+    cJSON_AddNumberToObject(u, "completion_tokens", 25);
+    cJSON_AddNumberToObject(rec2, "latency_ms", 12.125);
+    for (int before = 0; before <= 1; before++) {
+        cJSON *earlier = cJSON_CreateArray();
+        cJSON *all = cJSON_CreateArray();
+        if (before) {
+            cJSON_AddItemToArray(earlier, cJSON_Parse(rec1));
+            cJSON_AddItemToArray(all, cJSON_Parse(rec1));
+        }
+        cJSON_AddItemReferenceToArray(all, rec2);
+        char *want = events_final(&j, "s", "m", all, NULL, 1763776000123);
+        char *got = events_final(&j, "s", "m", earlier, &last, 1763776000123);
+        assert_non_null(want);
+        assert_non_null(got);
+        assert_string_equal(got, want);
+        cJSON *ev = cJSON_Parse(got);
+        assert_int_equal(get(ev, "attempts")->valueint, before + 1);
+        assert_int_equal(get(get(ev, "usage"), "prompt_tokens")->valueint, before ? 230 : 130);
+        cJSON *sum = get(ev, "summary");
+        cJSON *mine = cJSON_GetArrayItem(sum, before);
+        assert_int_equal(cJSON_GetArraySize(get(mine, "codes")), 1);
+        assert_true(get(mine, "latency_ms")->valuedouble == 12.125);
+        cJSON_Delete(ev);
+        free(want);
+        free(got);
+        cJSON_Delete(earlier);
+        cJSON_Delete(all);
+    }
+    /* No history at all (NULL) and no value. */
+    last.value = NULL;
+    char *got = events_final(&j, "s", NULL, NULL, &last, 0);
+    cJSON *ev = cJSON_Parse(got);
+    assert_non_null(ev);
+    assert_true(cJSON_IsNull(get(ev, "output")));
+    assert_int_equal(get(ev, "attempts")->valueint, 1);
+    assert_int_equal(get(ev, "attempt")->valueint, 2);
+    cJSON_Delete(ev);
+    free(got);
+    cJSON_Delete(rec2);
+    cJSON_Delete(violations);
+    cJSON_Delete(j.doc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_final_from_history),
+        cmocka_unit_test(test_final_last_as_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
