@@ -79,33 +79,43 @@ void job_clear(job *j) {
     memset(j, 0, sizeof(*j));
 }
 
+/* A message whose strings are referenced, not copied: the tree lives no
+ * longer than the job, and building the request reads it once. */
 static void add_message(cJSON *arr, const char *role, const char *content) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", role);
-    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToObjectCS(m, "role", cJSON_CreateStringReference(role ? role : ""));
+    cJSON_AddItemToObjectCS(m, "content", cJSON_CreateStringReference(content ? content : ""));
     cJSON_AddItemToArray(arr, m);
 }
 
 cJSON *job_messages(const job *j, const char *schema_text) {
     cJSON *arr = cJSON_CreateArray();
     sbuf sys = {0};
-    sbuf_puts(&sys, "Respond with only one JSON value that conforms to the JSON Schema of this task, "
-                    "with no text or code fence around it.");
+    const char *intro = "Respond with only one JSON value that conforms to the JSON Schema of this task, "
+                        "with no text or code fence around it.";
     if (schema_text) {
+        sbuf_reserve(&sys, strlen(intro) + 15 + strlen(schema_text));
+        sbuf_puts(&sys, intro);
         sbuf_puts(&sys, "\nJSON Schema:\n");
         sbuf_puts(&sys, schema_text);
     }
-    add_message(arr, "system", sys.data);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToObjectCS(m, "role", cJSON_CreateStringReference("system"));
+    /* The system text is the one string the tree owns: the buffer is
+     * handed over (a string item without the reference flag frees its
+     * valuestring). */
+    cJSON *content = cJSON_CreateStringReference(intro);
+    if (content && schema_text && sys.data) {
+        content->valuestring = sbuf_take(&sys);
+        content->type &= ~cJSON_IsReference;
+    }
+    cJSON_AddItemToObjectCS(m, "content", content);
+    cJSON_AddItemToArray(arr, m);
     sbuf_free(&sys);
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j->doc, "messages");
     if (cJSON_IsArray(msgs)) {
-        const cJSON *m;
-        cJSON_ArrayForEach(m, msgs) {
-            cJSON *copy = cJSON_CreateObject();
-            cJSON_AddStringToObject(copy, "role", get_str(m, "role"));
-            cJSON_AddStringToObject(copy, "content", get_str(m, "content"));
-            cJSON_AddItemToArray(arr, copy);
-        }
+        const cJSON *msg;
+        cJSON_ArrayForEach(msg, msgs) add_message(arr, get_str(msg, "role"), get_str(msg, "content"));
     } else {
         add_message(arr, "user", get_str(j->doc, "prompt"));
     }

@@ -282,6 +282,13 @@ static void test_retry_conversation(void **s) {
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 2), "content")->valuestring, "OLD");
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 3), "content")->valuestring, "FIX /name");
     cJSON_Delete(m);
+    /* The API carries the schema: the instruction alone (a constant the
+     * tree must not free: ASan's run checks). */
+    m = job_messages(&j, NULL);
+    const char *sys = cJSON_GetObjectItem(cJSON_GetArrayItem(m, 0), "content")->valuestring;
+    assert_non_null(strstr(sys, "Respond with only one JSON value"));
+    assert_null(strstr(sys, "JSON Schema:"));
+    cJSON_Delete(m);
     /* the next retry replaces the reflection: the conversation never grows */
     cJSON *refl = cJSON_Parse("{\"attempt\":2,\"prompt\":\"FIX AGAIN\",\"previous_output\":\"NEWER\"}");
     char *next = job_retry_value(&j, refl);
