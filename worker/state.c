@@ -12,8 +12,16 @@
 #include "log.h"
 #include "util.h"
 
+/* Every script answers with one line, "verdict status attempt published
+ * tokens" (status may be empty), alone or, when records come back, as the
+ * first element of an array with them: a bare string is two allocations
+ * in hiredis's reader where an array of five was nine, for each of the
+ * two or three commands a job costs. */
+#define SCRIPT_HEAD \
+    "local function head(v, s, a, p, t) return string.format('%s %s %d %d %d', v, s, a, p, t) end\n"
+
 /* BEGIN: decides what a received job message means. */
-static const char script_begin[] =
+static const char script_begin[] = SCRIPT_HEAD
     "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens')\n"
     "local cur = tonumber(f[1]) or 0\n"
     "local status = f[2] or ''\n"
@@ -21,15 +29,15 @@ static const char script_begin[] =
     "local tok = (tonumber(f[4]) or 0) + (tonumber(f[5]) or 0)\n"
     "local att = tonumber(ARGV[1])\n"
     "if status == 'final' or status == 'escalated' then\n"
-    "  local r = {'done', status, cur, pub, tok}\n"
+    "  local r = {head('done', status, cur, pub, tok)}\n"
     "  if pub < cur then\n"
     "    for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
     "  end\n"
     "  return r\n"
     "end\n"
-    "if cur > att then return {'stale', status, cur, pub, tok} end\n"
+    "if cur > att then return head('stale', status, cur, pub, tok) end\n"
     "if cur == att and status == 'retrying' then\n"
-    "  local r = {'retried', status, cur, pub, tok}\n"
+    "  local r = {head('retried', status, cur, pub, tok)}\n"
     "  if pub < cur then\n"
     "    local last = redis.call('LINDEX', KEYS[2], -1)\n"
     "    if last then r[6] = last end\n"
@@ -41,14 +49,14 @@ static const char script_begin[] =
     "redis.call('HSETNX', KEYS[1], 'created', ARGV[3])\n"
     "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'batch_id', ARGV[6]) end\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
-    "return {'go', 'running', att, pub, tok}\n";
+    "return head('go', 'running', att, pub, tok)\n";
 
 /* FINISH: records an attempt's outcome, once, if we still own it. */
-static const char script_finish[] =
+static const char script_finish[] = SCRIPT_HEAD
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded')\n"
     "local att = tonumber(ARGV[2])\n"
     "if f[1] and (f[1] ~= ARGV[1] or tonumber(f[2]) ~= att) then\n"
-    "  return {'superseded', f[3] or '', tonumber(f[2]) or 0, 0, 0}\n"
+    "  return head('superseded', f[3] or '', tonumber(f[2]) or 0, 0, 0)\n"
     "end\n"
     "if not f[1] then\n"
     "  -- the state vanished (Redis lost it or it expired): write it anew\n"
@@ -71,19 +79,20 @@ static const char script_finish[] =
     "redis.call('HSET', KEYS[1], 'status', ARGV[3], 'recorded', att, 'updated', ARGV[5])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
     "redis.call('EXPIRE', KEYS[2], ARGV[6])\n"
-    "local r = {'ok', ARGV[3], att, 0, 0}\n"
     "-- the records before this attempt's (the caller has its own)\n"
     "if ARGV[3] ~= 'retrying' and att > 1 then\n"
+    "  local r = {head('ok', ARGV[3], att, 0, 0)}\n"
     "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -2)) do r[#r + 1] = v end\n"
+    "  return r\n"
     "end\n"
-    "return r\n";
+    "return head('ok', ARGV[3], att, 0, 0)\n";
 
 /* RATE: two token buckets (requests, tokens) per endpoint and model,
  * shared by every worker.  Each holds at most one second's worth of its
  * per-minute limit, so bursts stay short.  Takes `cost` tokens and one
  * request, or returns how long to wait; ARGV[5] < 0 only adjusts the token
  * bucket by the difference between a call's estimate and its usage. */
-static const char script_rate[] =
+static const char script_rate[] = SCRIPT_HEAD
     "local now = tonumber(ARGV[1])\n"
     "local rpm, tpm, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
     "local f = redis.call('HMGET', KEYS[1], 'r', 't', 'ts')\n"
@@ -105,19 +114,19 @@ static const char script_rate[] =
     "end\n"
     "redis.call('HSET', KEYS[1], 'r', tostring(r), 't', tostring(t), 'ts', now)\n"
     "redis.call('PEXPIRE', KEYS[1], 120000)\n"
-    "return {'ok', '', wait, 0, 0}\n";
+    "return head('ok', '', wait, 0, 0)\n";
 
 /* PUBLISHED: the outcome events of these attempts were delivered (KEYS:
  * the jobs' hashes, ARGV: their attempts in the same order); the marks of
  * a loop turn in one command instead of one per job. */
-static const char script_published[] =
+static const char script_published[] = SCRIPT_HEAD
     "for i, k in ipairs(KEYS) do\n"
     "  local a = tonumber(ARGV[i])\n"
     "  if (tonumber(redis.call('HGET', k, 'published')) or 0) < a then\n"
     "    redis.call('HSET', k, 'published', a)\n"
     "  end\n"
     "end\n"
-    "return {'ok', '', #KEYS, 0, 0}\n";
+    "return head('ok', '', #KEYS, 0, 0)\n";
 
 enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_COUNT };
 static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate};
@@ -208,40 +217,67 @@ static void flush_queue(state *st) {
     }
 }
 
+/* Reads a script's head line (see SCRIPT_HEAD) into rep; status is
+ * copied into buf.  0 = ok. */
+static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t buflen) {
+    if (h->type != REDIS_REPLY_STRING) return -1;
+    const char *p = h->str, *end = h->str + h->len;
+    const char *sp = memchr(p, ' ', (size_t)(end - p));
+    if (!sp) return -1;
+    size_t vlen = (size_t)(sp - p);
+#define VERDICT_IS(word) (vlen == sizeof(word) - 1 && !memcmp(p, word, vlen))
+    rep->verdict = VERDICT_IS("go")           ? STATE_GO
+                   : VERDICT_IS("done")       ? STATE_DONE
+                   : VERDICT_IS("stale")      ? STATE_STALE
+                   : VERDICT_IS("retried")    ? STATE_RETRIED
+                   : VERDICT_IS("superseded") ? STATE_SUPERSEDED
+                   : VERDICT_IS("ok")         ? STATE_OK
+                                              : STATE_ERROR;
+#undef VERDICT_IS
+    if (rep->verdict == STATE_ERROR) return -1;
+    p = sp + 1;
+    if (!(sp = memchr(p, ' ', (size_t)(end - p))) || (size_t)(sp - p) >= buflen) return -1;
+    memcpy(buf, p, (size_t)(sp - p));
+    buf[sp - p] = '\0';
+    rep->status = buf;
+    /* The three numbers; the reply is NUL-terminated by hiredis. */
+    char *next;
+    long long n[3];
+    p = sp;
+    for (int i = 0; i < 3; i++) {
+        if (*p != ' ') return -1;
+        n[i] = strtoll(p + 1, &next, 10);
+        if (next == p + 1) return -1;
+        p = next;
+    }
+    if (p != end) return -1;
+    rep->attempt = (int)n[0];
+    rep->published = (int)n[1];
+    rep->tokens_used = (long)n[2];
+    return 0;
+}
+
 static void complete(state_op *op, const redisReply *r) {
     state_reply rep = {0};
     rep.status = "";
     cJSON *history = NULL;
-    char err[256];
+    char err[256], status[32];
     if (r->type == REDIS_REPLY_ERROR) {
         snprintf(err, sizeof(err), "redis: %s", r->str);
         rep.verdict = STATE_ERROR;
         rep.error = err;
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 5 ||
-               r->element[0]->type != REDIS_REPLY_STRING) {
+    } else if (parse_head(r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0] : r, &rep, status,
+                          sizeof(status))) {
         rep.verdict = STATE_ERROR;
         rep.error = "redis: unexpected script reply";
-    } else {
-        const char *v = r->element[0]->str;
-        rep.verdict = !strcmp(v, "go") ? STATE_GO
-                      : !strcmp(v, "done") ? STATE_DONE
-                      : !strcmp(v, "stale") ? STATE_STALE
-                      : !strcmp(v, "retried") ? STATE_RETRIED
-                      : !strcmp(v, "superseded") ? STATE_SUPERSEDED
-                                                 : STATE_OK;
-        if (r->element[1]->type == REDIS_REPLY_STRING) rep.status = r->element[1]->str;
-        if (r->element[2]->type == REDIS_REPLY_INTEGER) rep.attempt = (int)r->element[2]->integer;
-        if (r->element[3]->type == REDIS_REPLY_INTEGER) rep.published = (int)r->element[3]->integer;
-        if (r->element[4]->type == REDIS_REPLY_INTEGER) rep.tokens_used = (long)r->element[4]->integer;
-        if (r->elements > 5) {
-            history = cJSON_CreateArray();
-            for (size_t i = 5; i < r->elements; i++) {
-                if (r->element[i]->type != REDIS_REPLY_STRING) continue;
-                cJSON *rec = cJSON_ParseWithLength(r->element[i]->str, r->element[i]->len);
-                if (rec) cJSON_AddItemToArray(history, rec);
-            }
-            rep.history = history;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements > 1) {
+        history = cJSON_CreateArray();
+        for (size_t i = 1; i < r->elements; i++) {
+            if (r->element[i]->type != REDIS_REPLY_STRING) continue;
+            cJSON *rec = cJSON_ParseWithLength(r->element[i]->str, r->element[i]->len);
+            if (rec) cJSON_AddItemToArray(history, rec);
         }
+        rep.history = history;
     }
     if (op->cb) {
         op->cb(op->ud, &rep);
