@@ -279,3 +279,33 @@ char *util_read_file(const char *path, size_t *len) {
     errno = saved;
     return buf;
 }
+
+size_t util_ltoa(long long v, char *buf) {
+    char tmp[20], *p = tmp + sizeof(tmp);
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t n = 0;
+    if (v < 0) buf[n++] = '-';
+    size_t digits = (size_t)(tmp + sizeof(tmp) - p);
+    memcpy(buf + n, p, digits);
+    n += digits;
+    buf[n] = '\0';
+    return n;
+}
+
+size_t util_concat(char *buf, size_t cap, ...) {
+    va_list ap;
+    va_start(ap, cap);
+    size_t n = 0;
+    for (const char *s; (s = va_arg(ap, const char *));) {
+        size_t len = strlen(s);
+        if (n < cap - 1) memcpy(buf + n, s, len < cap - 1 - n ? len : cap - 1 - n);
+        n += len;
+    }
+    va_end(ap);
+    buf[n < cap - 1 ? n : cap - 1] = '\0';
+    return n;
+}

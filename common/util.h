@@ -40,6 +40,17 @@ typedef struct sbuf {
     size_t cap;
 } sbuf;
 
+/* Writes v in decimal, NUL-terminated, into buf (at least 21 bytes) and
+ * returns the digits' length: for hot paths, where snprintf's format
+ * parsing costs more than the digits. */
+size_t util_ltoa(long long v, char *buf);
+
+/* Copies the strings given (the list ends with NULL) one after the other
+ * into buf (cap > 0 bytes), cut to fit and NUL-terminated; returns the
+ * length the whole would have (>= cap: cut), as snprintf does.  For hot
+ * paths, where snprintf("%s%s") costs its format parsing. */
+size_t util_concat(char *buf, size_t cap, ...) __attribute__((sentinel));
+
 /* Makes room for extra more bytes (and the NUL): one allocation up front
  * when the size is known roughly.  0 = ok. */
 int sbuf_reserve(sbuf *b, size_t extra);

@@ -29,8 +29,10 @@ static const char *kind(event_type type) {
 
 void events_headers_init(events_headers *h, event_type type, const char *subject, int attempt,
                          const char *source, int64_t wall_ms) {
-    snprintf(h->id, sizeof(h->id), "%s:%d:%s", subject, attempt, kind(type));
-    snprintf(h->subject, sizeof(h->subject), "%s", subject);
+    char att[24];
+    util_ltoa(attempt, att);
+    util_concat(h->id, sizeof(h->id), subject, ":", att, ":", kind(type), (char *)NULL);
+    util_concat(h->subject, sizeof(h->subject), subject, (char *)NULL);
     util_rfc3339(wall_ms, h->time, sizeof(h->time));
     h->type = events_ce_type(type);
     h->source = source;

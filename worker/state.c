@@ -328,8 +328,8 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
 static void op_send(state *st, state_op *op) {
     const char *argv[2 * PUB_BATCH_MAX + 3];
     size_t lens[2 * PUB_BATCH_MAX + 3];
-    char nkeys[8];
-    snprintf(nkeys, sizeof(nkeys), "%d", op->nkeys);
+    char nkeys[24];
+    util_ltoa(op->nkeys, nkeys);
     int n = 0;
     if (st->sha[op->script][0]) {
         argv[n] = "EVALSHA"; lens[n++] = 7;
@@ -596,27 +596,17 @@ static int op_add(state_op *op, const char *s, size_t len) {
     return 0;
 }
 
-static int op_addf(state_op *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int op_addf(state_op *op, const char *fmt, ...) {
+/* A key: PREFIX:kind:{id}suffix (no printf: two or three a command). */
+static int op_add_key(state_op *op, const char *kind, const char *id, const char *suffix) {
     char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(buf)) return -1;
-    return op_add(op, buf, (size_t)n);
+    size_t n = util_concat(buf, sizeof(buf), op->st->prefix, ":", kind, ":{", id, "}", suffix, (char *)NULL);
+    return n >= sizeof(buf) ? -1 : op_add(op, buf, n);
 }
 
 /* A decimal argument without printf. */
 static int op_addl(state_op *op, long long v) {
-    char buf[24], *p = buf + sizeof(buf);
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) *--p = '-';
-    return op_add(op, p, (size_t)(buf + sizeof(buf) - p));
+    char buf[24];
+    return op_add(op, buf, util_ltoa(v, buf));
 }
 
 static state_op *op_alloc(state *st, int script) {
@@ -637,8 +627,8 @@ static state_op *op_new(state *st, int script, const char *job_id, state_cb cb, 
     op->ud = ud;
     op->id_off = strlen(st->prefix) + strlen(":job:{");
     op->id_len = strlen(job_id);
-    if (op_addf(op, "%s:job:{%s}", st->prefix, job_id) ||
-        op_addf(op, "%s:job:{%s}:history", st->prefix, job_id)) {
+    if (op_add_key(op, "job", job_id, "") ||
+        op_add_key(op, "job", job_id, ":history")) {
         op_free(op);
         return NULL;
     }
@@ -694,7 +684,7 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
         return -1;
     }
     if (batch_id && batch_id[0]) {
-        if (op_addf(op, "%s:batch:{%s}", st->prefix, batch_id)) {
+        if (op_add_key(op, "batch", batch_id, "")) {
             op_free(op);
             return -1;
         }
@@ -743,7 +733,7 @@ int state_published(state *st, const char *job_id, int attempt) {
         uv_prepare_start(&st->pub_flush, pub_flush_cb);
     }
     /* op_add counts an argument; these are keys (the attempts follow) */
-    if (op_addf(op, "%s:job:{%s}", st->prefix, job_id)) return -1;
+    if (op_add_key(op, "job", job_id, "")) return -1;
     op->argc--;
     op->nkeys++;
     st->pub_att[op->nmarks++] = attempt;
@@ -757,7 +747,7 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, i
     if (!op) return -1;
     op->cb = cb;
     op->ud = ud;
-    if (op_addf(op, "%s:rate:{%s}", st->prefix, endpoint)) {
+    if (op_add_key(op, "rate", endpoint, "")) {
         op_free(op);
         return -1;
     }

@@ -697,7 +697,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     j->error[0] = '\0';
     if (resp->status == 0) {
         j->cat = resp->transport;
-        snprintf(j->error, sizeof(j->error), "%s", resp->error);
+        util_concat(j->error, sizeof(j->error), resp->error, (char *)NULL);
     } else {
         llm_api_result res;
         llm_api_parse(w->provider, resp->status, resp->body, resp->body_len, &res);
@@ -712,7 +712,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         }
         j->text = res.text;
         res.text = NULL;
-        snprintf(j->error, sizeof(j->error), "%s", res.error);
+        util_concat(j->error, sizeof(j->error), res.error, (char *)NULL);
         llm_api_result_clear(&res);
         /* x-should-retry: true makes any failure transient. */
         if (resp->should_retry == 1 && j->cat >= DECIDE_CAT_AUTH) j->cat = DECIDE_CAT_SERVER_ERROR;
@@ -921,7 +921,9 @@ static void on_begin(void *ud, const state_reply *r) {
 static void job_begin(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_BEGIN;
-    snprintf(j->owner, sizeof(j->owner), "%s:%llu", w->id, (unsigned long long)++w->seq);
+    char seq[24];
+    util_ltoa((long long)++w->seq, seq);
+    util_concat(j->owner, sizeof(j->owner), w->id, ":", seq, (char *)NULL);
     if (state_begin(w->st, j->job.job_id, j->job.attempt, j->job.max_attempts, j->owner,
                     j->job.batch_id, on_begin, j))
         uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);

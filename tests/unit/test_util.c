@@ -73,6 +73,37 @@ static void test_json_string(void **s) {
 
 /* Whole files, across the buffer's growth, with NULs inside; a missing
  * file is NULL with errno set. */
+/* util_ltoa writes what snprintf's %lld does, at the edges too. */
+static void test_ltoa(void **s) {
+    (void)s;
+    const long long v[] = {0, 1, -1, 9, 10, -10, 99, 100, 123456789, -987654321, 1000000000000000000LL,
+                           9223372036854775807LL, -9223372036854775807LL - 1};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        char got[21], want[32];
+        memset(got, 'x', sizeof(got));
+        size_t n = util_ltoa(v[i], got);
+        snprintf(want, sizeof(want), "%lld", v[i]);
+        assert_string_equal(got, want);
+        assert_int_equal(n, strlen(want));
+    }
+}
+
+/* util_concat joins, cuts to fit and says how long the whole was. */
+static void test_concat(void **s) {
+    (void)s;
+    char buf[8];
+    assert_int_equal(util_concat(buf, sizeof(buf), "ab", ":", "cd", (char *)NULL), 5);
+    assert_string_equal(buf, "ab:cd");
+    assert_int_equal(util_concat(buf, sizeof(buf), "abcd", "efgh", "ij", (char *)NULL), 10);
+    assert_string_equal(buf, "abcdefg");
+    assert_int_equal(util_concat(buf, sizeof(buf), "abcdefg", (char *)NULL), 7);
+    assert_string_equal(buf, "abcdefg");
+    assert_int_equal(util_concat(buf, sizeof(buf), (char *)NULL), 0);
+    assert_string_equal(buf, "");
+    assert_int_equal(util_concat(buf, 1, "x", (char *)NULL), 1);
+    assert_string_equal(buf, "");
+}
+
 static void test_read_file(void **s) {
     (void)s;
     char path[] = "/tmp/retort-test-util-XXXXXX";
@@ -111,6 +142,8 @@ int main(void) {
         cmocka_unit_test(test_sbuf_printf_grows),
         cmocka_unit_test(test_json_string),
         cmocka_unit_test(test_read_file),
+        cmocka_unit_test(test_ltoa),
+        cmocka_unit_test(test_concat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
