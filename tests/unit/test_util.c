@@ -69,10 +69,41 @@ static void test_json_string(void **s) {
         cJSON_Delete(v);
         sbuf_free(&b);
     }
+    /* Each byte that needs escaping (and some that do not), at every
+     * position of a 40-byte run: the word-at-a-time scan must find each. */
+    static const unsigned char probes[] = {0x00, 0x01, 0x1f, 0x20, '"', '\\', '/', 0x7f, 0x80, 0xdf, 0xff, 'a'};
+    for (size_t k = 0; k < sizeof(probes); k++) {
+        for (size_t at = 0; at < 40; at++) {
+            char in[41];
+            memset(in, 'x', 40);
+            in[40] = '\0';
+            in[at] = (char)probes[k];
+            sbuf b = {0};
+            sbuf_puts(&b, "pre");
+            assert_int_equal(sbuf_json_string(&b, in, 40), 0);
+            /* What the byte loop wrote before the word scan. */
+            char want[400], *o = want;
+            o += sprintf(o, "pre\"");
+            for (size_t i = 0; i < 40; i++) {
+                unsigned char c = (unsigned char)in[i];
+                if (c == '"' || c == '\\') o += sprintf(o, "\\%c", c);
+                else if (c == '\b') o += sprintf(o, "\\b");
+                else if (c == '\f') o += sprintf(o, "\\f");
+                else if (c == '\n') o += sprintf(o, "\\n");
+                else if (c == '\r') o += sprintf(o, "\\r");
+                else if (c == '\t') o += sprintf(o, "\\t");
+                else if (c < 0x20) o += sprintf(o, "\\u%04x", c);
+                else *o++ = (char)c;
+            }
+            *o++ = '"';
+            *o = '\0';
+            assert_int_equal(b.len, strlen(want));
+            assert_memory_equal(b.data, want, b.len + 1);
+            sbuf_free(&b);
+        }
+    }
 }
 
-/* Whole files, across the buffer's growth, with NULs inside; a missing
- * file is NULL with errno set. */
 /* util_ltoa writes what snprintf's %lld does, at the edges too. */
 static void test_ltoa(void **s) {
     (void)s;
@@ -104,6 +135,8 @@ static void test_concat(void **s) {
     assert_string_equal(buf, "");
 }
 
+/* Whole files, across the buffer's growth, with NULs inside; a missing
+ * file is NULL with errno set. */
 static void test_read_file(void **s) {
     (void)s;
     char path[] = "/tmp/retort-test-util-XXXXXX";
