@@ -133,7 +133,7 @@ char *events_final(const job *j, const char *schema_name, const char *model, con
         (j->batch_id ? put_str(&b, ",\"batch_id\":", j->batch_id) : sbuf_puts(&b, ",\"batch_id\":null")) ||
         put_str(&b, ",\"schema\":", schema_name) || (model && put_str(&b, ",\"model\":", model)) ||
         put_str(&b, ",\"finished_at\":", ts) || sbuf_puts(&b, ",\"output\":") ||
-        (last && last->value ? sbuf_puts(&b, last->value)
+        (last && last->value ? sbuf_append(&b, last->value, last->value_len)
                              : value ? jsonout_value(&b, value) : sbuf_puts(&b, "null")) ||
         sbuf_puts(&b, ",\"summary\":["))
         goto cleanup;

@@ -49,6 +49,7 @@ typedef struct events_attempt {
     double latency_ms;
     long prompt_tokens, completion_tokens;
     const char *value;          /* the output as JSON text, or NULL */
+    size_t value_len;
 } events_attempt;
 
 /* The final event as JSON text (malloc'd, taken), or NULL on OOM.  The

@@ -84,7 +84,7 @@ static int append_member(sbuf *b, const char *name, const cJSON *v) {
 /* The body is written as text rather than built as a cJSON tree: the
  * schema (the largest part) is printed once per schema by the caller
  * (schema_json), not duplicated and printed again on every call. */
-static char *build_openai(const llm_api_request *req) {
+static char *build_openai(const llm_api_request *req, size_t *len) {
     sbuf b = {0};
     char *schema_owned = NULL;
     char *out = NULL;
@@ -116,6 +116,7 @@ static char *build_openai(const llm_api_request *req) {
         if (append_member(&b, p->string, p)) goto cleanup;
     }
     if (sbuf_puts(&b, "}")) goto cleanup;
+    if (len) *len = b.len;
     out = sbuf_take(&b);
 cleanup:
     sbuf_free(&b);
@@ -141,7 +142,7 @@ static int anthropic_param_later(const cJSON *params, const cJSON *p, const char
 
 /* As build_openai, the body is written as text: Retort's members first
  * (those a param replaces are left out), then the params. */
-static char *build_anthropic(const llm_api_request *req) {
+static char *build_anthropic(const llm_api_request *req, size_t *len) {
     sbuf b = {0};
     sbuf sys = {0};
     char *schema_owned = NULL;
@@ -190,6 +191,7 @@ static char *build_anthropic(const llm_api_request *req) {
         if (append_member(&b, name, p)) goto cleanup;
     }
     if (sbuf_puts(&b, "}")) goto cleanup;
+    if (len) *len = b.len;
     out = sbuf_take(&b);
 cleanup:
     sbuf_free(&b);
@@ -198,8 +200,8 @@ cleanup:
     return out;
 }
 
-char *llm_api_build_body(const llm_api_request *req) {
-    return req->provider == LLM_PROVIDER_ANTHROPIC ? build_anthropic(req) : build_openai(req);
+char *llm_api_build_body(const llm_api_request *req, size_t *len) {
+    return req->provider == LLM_PROVIDER_ANTHROPIC ? build_anthropic(req, len) : build_openai(req, len);
 }
 
 static const char *get_str(const cJSON *obj, const char *name) {

@@ -30,8 +30,9 @@ typedef struct llm_api_request {
     int schema_strict;
 } llm_api_request;
 
-/* Returns the JSON body (malloc'd, taken by the caller) or NULL on OOM. */
-char *llm_api_build_body(const llm_api_request *req);
+/* Returns the JSON body (malloc'd, taken by the caller) or NULL on OOM;
+ * *len (may be NULL) receives its length. */
+char *llm_api_build_body(const llm_api_request *req, size_t *len);
 
 /* 1 when the schema is sent to the API itself (response_format / output_format),
  * so the prompt need not carry it. */

@@ -476,7 +476,7 @@ fail:
     return NULL;
 }
 
-int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body,
+int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body, size_t body_len,
                       llm_client_cb cb, void *ud, llm_call **out) {
     lane *ln = lane_pick(c);
     llm_call *call = !ln ? NULL : c->idle_count ? c->idle[--c->idle_count] : call_new(c);
@@ -506,7 +506,7 @@ int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body
     memcpy(call->attempt_hdr, attempt_name, sizeof(attempt_name) - 1);
     util_ltoa(attempt, call->attempt_hdr + sizeof(attempt_name) - 1);
     curl_easy_setopt(call->easy, CURLOPT_POSTFIELDS, call->body);
-    curl_easy_setopt(call->easy, CURLOPT_POSTFIELDSIZE, (long)strlen(call->body));
+    curl_easy_setopt(call->easy, CURLOPT_POSTFIELDSIZE, (long)body_len);
     if (curl_multi_add_handle(ln->multi, call->easy) != CURLM_OK) {
         call_release(call);
         return -1;

@@ -46,10 +46,10 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
  * must run afterwards to finish closing the handles. */
 void llm_client_free(llm_client *c);
 
-/* Starts a call.  job_id: borrowed (sent as X-Retort-Job-Id).  body: taken.
- * On success returns 0 and *out (may be NULL) identifies the call until its
- * callback runs. */
-int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body,
+/* Starts a call.  job_id: borrowed (sent as X-Retort-Job-Id).  body:
+ * taken, body_len bytes.  On success returns 0 and *out (may be NULL)
+ * identifies the call until its callback runs. */
+int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body, size_t body_len,
                       llm_client_cb cb, void *ud, llm_call **out);
 /* Stops a call in flight; its callback is not called. */
 void llm_client_cancel(llm_client *c, llm_call *call);

@@ -675,11 +675,11 @@ int state_begin(state *st, const char *job_id, int attempt, int max_attempts, co
 }
 
 int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
-                 const char *status, const char *record, long prompt_tokens, long completion_tokens,
-                 state_cb cb, void *ud) {
+                 const char *status, const char *record, size_t record_len, long prompt_tokens,
+                 long completion_tokens, state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_FINISH, job_id, cb, ud);
     if (!op) return -1;
-    if (sbuf_reserve(&op->args, strlen(record) + 512)) {
+    if (sbuf_reserve(&op->args, record_len + 512)) {
         op_free(op);
         return -1;
     }
@@ -692,7 +692,7 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
         op->argc = 0;
     }
     int failed = op_add(op, owner, strlen(owner)) || op_addl(op, attempt) ||
-                 op_add(op, status, strlen(status)) || op_add(op, record, strlen(record)) ||
+                 op_add(op, status, strlen(status)) || op_add(op, record, record_len) ||
                  op_addl(op, util_wall_ms()) || op_addl(op, st->ttl_s) ||
                  op_addl(op, prompt_tokens) || op_addl(op, completion_tokens);
     return op_submit(st, op, failed);

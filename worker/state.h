@@ -69,13 +69,13 @@ size_t state_pending(const state *st);
 int state_begin(state *st, const char *job_id, int attempt, int max_attempts, const char *owner,
                 const char *batch_id, state_cb cb, void *ud);
 /* status: "retrying", "final" or "escalated".  record: JSON text of the
- * attempt's record.  Unless status is "retrying", the reply's history
+ * attempt's record, record_len bytes.  Unless status is "retrying", the reply's history
  * holds the records of the attempts before this one (NULL for attempt 1):
  * the caller appends the record it has, so the common case of a job done
  * in one attempt reads nothing back. */
 int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
-                 const char *status, const char *record, long prompt_tokens, long completion_tokens,
-                 state_cb cb, void *ud);
+                 const char *status, const char *record, size_t record_len, long prompt_tokens,
+                 long completion_tokens, state_cb cb, void *ud);
 /* Shared rate limit of an endpoint (e.g. "base_url|model"): takes one
  * request and cost tokens from the buckets (rpm/tpm per minute, 0: no
  * limit), or says how long to wait: reply->attempt holds the wait in ms

@@ -89,7 +89,7 @@ static void done_cb(void *ud, const llm_response *resp) {
 static void send_now(delivery *d) {
     d->tries++;
     char *body = strdup(d->body);
-    if (!body || llm_client_submit(d->wh->http, d->job_id, 0, body, done_cb, d, NULL)) {
+    if (!body || llm_client_submit(d->wh->http, d->job_id, 0, body, strlen(body), done_cb, d, NULL)) {
         llm_response r = {0};
         r.retry_after_ms = -1;
         done_cb(d, &r);

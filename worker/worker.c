@@ -76,6 +76,7 @@ typedef struct wjob {
     char owner[192];
     llm_call *call;
     char *body;              /* request waiting at the gate */
+    size_t body_len;
     long cost;               /* estimated tokens of the request */
     struct wjob *gate_next;
     uv_timer_t timer;
@@ -96,7 +97,9 @@ typedef struct wjob {
     cJSON *value;
     cJSON *violations;
     char *value_text;        /* value printed: the record's and the final event's */
+    size_t value_len;
     char *rec;               /* this attempt's record, JSON text */
+    size_t rec_len;
     double rec_latency_ms;   /* its latency_ms, for the final event */
     /* what gets produced */
     event_type ev_type;
@@ -471,7 +474,7 @@ static void on_finish(void *ud, const state_reply *r) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
         events_attempt last = {j->job.attempt, outcome_name(j->cat), j->violations, j->rec_latency_ms,
-                               j->ptoks, j->ctoks, j->value_text};
+                               j->ptoks, j->ctoks, j->value_text, j->value_len};
         set_event(j, EVENT_FINAL, w->t_final, j->job.attempt, NULL,
                   events_final(&j->job, j->schema_name, j->model, r->history, &last, util_wall_ms()));
     } else {
@@ -489,10 +492,12 @@ static void on_finish(void *ud, const state_reply *r) {
     produce_outcome(j);
 }
 
-/* Appends ,"key": and s as a JSON string, or null when s is NULL. */
-static int rec_str(sbuf *b, const char *key, const char *s) {
-    return sbuf_puts(b, key) || (s ? sbuf_json_string(b, s, strlen(s)) : sbuf_puts(b, "null"));
+/* Appends ,"key": and s[0..len) as a JSON string, or null when s is NULL. */
+static int rec_strn(sbuf *b, const char *key, const char *s, size_t len) {
+    return sbuf_puts(b, key) || (s ? sbuf_json_string(b, s, len) : sbuf_puts(b, "null"));
 }
+
+static int rec_str(sbuf *b, const char *key, const char *s) { return rec_strn(b, key, s, s ? strlen(s) : 0); }
 
 static int rec_num(sbuf *b, const char *key, double d) { return sbuf_puts(b, key) || jsonout_number(b, d); }
 
@@ -502,27 +507,38 @@ static int rec_time(sbuf *b, const char *key, int64_t wall_ms) {
     return rec_str(b, key, ts);
 }
 
-/* This attempt's record as JSON text (taken; NULL on OOM).  Written, not
+/* This attempt's record as JSON text (taken; NULL on OOM), *len bytes.  Written, not
  * built as a cJSON tree and printed: one buffer instead of some 25
  * allocations a job.  The bytes are those the tree printed (jsonout
  * writes as cJSON does), so records written by older workers read the
  * same. */
-static char *attempt_record(wjob *j) {
+static char *attempt_record(wjob *j, size_t *len) {
     worker *w = j->w;
     sbuf b = {0};
     char *out = NULL, *capped = NULL;
     const char *output = j->text;
-    if (output && strlen(output) > OUTPUT_RECORD_CAP && !(output = capped = capped_copy(j->text, OUTPUT_RECORD_CAP)))
-        goto cleanup;
+    size_t output_len = output ? strlen(output) : 0;
+    if (output_len > OUTPUT_RECORD_CAP) {
+        if (!(output = capped = capped_copy(j->text, OUTPUT_RECORD_CAP))) goto cleanup;
+        output_len = strlen(output);
+    }
     /* Printed once: the final event takes the same text. */
-    if (j->value && !j->value_text && !(j->value_text = jsonout_print(j->value))) goto cleanup;
+    if (j->value && !j->value_text) {
+        sbuf v = {0};
+        if (sbuf_reserve(&v, 1024) || jsonout_value(&v, j->value)) {
+            sbuf_free(&v);
+            goto cleanup;
+        }
+        j->value_len = v.len;
+        j->value_text = sbuf_take(&v);
+    }
     j->rec_latency_ms = (double)(util_mono_us() - j->start_us) / 1000.0;
     const char *decision = j->action == DECIDE_FINAL ? "final" : j->action == DECIDE_RETRY ? "retry" : "escalate";
-    if (sbuf_reserve(&b, 512 + (output ? strlen(output) : 0) + (j->value_text ? strlen(j->value_text) : 0)) ||
+    if (sbuf_reserve(&b, 512 + output_len + j->value_len) ||
         rec_num(&b, "{\"attempt\":", j->job.attempt) || rec_str(&b, ",\"outcome\":", outcome_name(j->cat)) ||
         rec_str(&b, ",\"category\":", decide_category_name(j->cat)) || rec_str(&b, ",\"decision\":", decision) ||
-        rec_str(&b, ",\"reason\":", j->reason) || rec_str(&b, ",\"output\":", output) ||
-        (j->value_text && (sbuf_puts(&b, ",\"value\":") || sbuf_puts(&b, j->value_text))) ||
+        rec_str(&b, ",\"reason\":", j->reason) || rec_strn(&b, ",\"output\":", output, output_len) ||
+        (j->value_text && (sbuf_puts(&b, ",\"value\":") || sbuf_append(&b, j->value_text, j->value_len))) ||
         sbuf_puts(&b, ",\"violations\":") || (j->violations ? jsonout_value(&b, j->violations) : sbuf_puts(&b, "[]")) ||
         rec_num(&b, ",\"usage\":{\"prompt_tokens\":", j->ptoks) || rec_num(&b, ",\"completion_tokens\":", j->ctoks) ||
         rec_num(&b, ",\"total_tokens\":", j->ptoks + j->ctoks) || rec_num(&b, "},\"latency_ms\":", j->rec_latency_ms) ||
@@ -535,6 +551,7 @@ static char *attempt_record(wjob *j) {
         rec_time(&b, ",\"received_at\":", j->recv_wall) || rec_time(&b, ",\"started_at\":", j->start_wall) ||
         rec_time(&b, ",\"finished_at\":", util_wall_ms()) || sbuf_puts(&b, "}"))
         goto cleanup;
+    *len = b.len;
     out = sbuf_take(&b);
 cleanup:
     sbuf_free(&b);
@@ -553,11 +570,11 @@ static void record_attempt(wjob *j) {
         if (cJSON_IsString(code)) metrics_violation(&w->m, code->valuestring);
     }
     free(j->rec);
-    j->rec = attempt_record(j);
+    j->rec = attempt_record(j, &j->rec_len);
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
     if (!j->rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, j->rec,
-                                j->ptoks, j->ctoks, on_finish, j)) {
+                                j->rec_len, j->ptoks, j->ctoks, on_finish, j)) {
         log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
     }
@@ -750,7 +767,7 @@ static void submit_now(wjob *j) {
     worker *w = j->w;
     char *body = j->body;
     j->body = NULL;
-    if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, on_llm_done, j, &j->call)) {
+    if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, j->body_len, on_llm_done, j, &j->call)) {
         llm_response resp = {0};
         resp.transport = DECIDE_CAT_NETWORK;
         resp.error = "could not start the HTTP request";
@@ -833,11 +850,11 @@ static void call_llm(wjob *j) {
                            j->schema_name, w->rf, w->max_tokens, j->schema_text,
                            j->os ? j->os->strict : llm_api_schema_is_strict(j->schema_doc)};
     free(j->body);
-    j->body = llm_api_build_body(&req);
+    j->body = llm_api_build_body(&req, &j->body_len);
     cJSON_Delete(msgs);
     /* Tokens a request may use: its prompt (about 4 bytes a token) and the
      * completion budget; settled against real usage afterwards. */
-    j->cost = (long)(j->body ? strlen(j->body) / 4 : 0) + w->max_tokens / 4;
+    j->cost = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
     if (w->gate_tail) w->gate_tail->gate_next = j;
     else w->gate_head = j;
     w->gate_tail = j;

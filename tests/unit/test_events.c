@@ -90,7 +90,7 @@ static void test_final_last_as_parts(void **s) {
                        "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":20},\"latency_ms\":3.25}";
     cJSON *violations = cJSON_Parse("[{\"code\":\"OUT_OF_RANGE\",\"path\":\"/a\"},{\"path\":\"/b\"}]");
     const char *value = "{\"a\":[1,2.5,\"x\\u0001\"],\"b\":null}";
-    events_attempt last = {2, "valid", violations, 12.125, 130, 25, value};
+    events_attempt last = {2, "valid", violations, 12.125, 130, 25, value, strlen(value)};
     /* The same attempt as a record. */
     cJSON *rec2 = cJSON_CreateObject();
     cJSON_AddNumberToObject(rec2, "attempt", 2);

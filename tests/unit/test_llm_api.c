@@ -117,7 +117,7 @@ static void test_build_bodies(void **s) {
     cJSON *params = cJSON_Parse("{\"temperature\":0.2,\"max_tokens\":50}");
     llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", msgs, params, sch, "product.v1", LLM_RF_AUTO, 1024,
                            NULL, 0};
-    char *body = llm_api_build_body(&req);
+    char *body = llm_api_build_body(&req, NULL);
     cJSON *b = cJSON_Parse(body);
     assert_non_null(b);
     assert_string_equal(cJSON_GetObjectItem(b, "model")->valuestring, "m1");
@@ -139,7 +139,7 @@ static void test_build_bodies(void **s) {
     req.schema_strict = 0;
     req.model = "m\"1\\\n\x01";
     req.params = params2;
-    body = llm_api_build_body(&req);
+    body = llm_api_build_body(&req, NULL);
     b = cJSON_Parse(body);
     assert_non_null(b);
     assert_string_equal(cJSON_GetObjectItem(b, "model")->valuestring, "m\"1\\\n\x01");
@@ -153,7 +153,7 @@ static void test_build_bodies(void **s) {
     /* a response_format among the params replaces Retort's */
     cJSON *params3 = cJSON_Parse("{\"response_format\":{\"type\":\"json_object\"}}");
     req.params = params3;
-    body = llm_api_build_body(&req);
+    body = llm_api_build_body(&req, NULL);
     b = cJSON_Parse(body);
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "response_format"), "type")->valuestring,
                         "json_object");
@@ -168,7 +168,7 @@ static void test_build_bodies(void **s) {
     req.params = params;
     /* off: no response_format */
     req.response_format = LLM_RF_OFF;
-    body = llm_api_build_body(&req);
+    body = llm_api_build_body(&req, NULL);
     assert_null(strstr(body, "response_format"));
     free(body);
     /* a schema that is not strict-compatible is sent with strict false in auto */
@@ -177,13 +177,13 @@ static void test_build_bodies(void **s) {
     assert_true(llm_api_schema_is_strict(sch));
     req.schema = loose;
     req.response_format = LLM_RF_AUTO;
-    body = llm_api_build_body(&req);
+    body = llm_api_build_body(&req, NULL);
     assert_non_null(strstr(body, "\"strict\":false"));
     free(body);
     /* Anthropic: system at top level, max_tokens always there */
     req.provider = LLM_PROVIDER_ANTHROPIC;
     req.params = NULL;
-    body = llm_api_build_body(&req);
+    body = llm_api_build_body(&req, NULL);
     b = cJSON_Parse(body);
     assert_string_equal(cJSON_GetObjectItem(b, "system")->valuestring, "S");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "messages")), 1);
@@ -206,14 +206,14 @@ static void anthropic_body_is(const char *msgs, const char *params, const char *
                               int max_tokens, const char *want) {
     cJSON *m = cJSON_Parse(msgs), *p = params ? cJSON_Parse(params) : NULL, *sch = schema_text ? cJSON_Parse(schema_text) : NULL;
     llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", m, p, sch, "inv", rf, max_tokens, NULL, 0};
-    char *body = llm_api_build_body(&r);
+    char *body = llm_api_build_body(&r, NULL);
     assert_string_equal(body, want);
     free(body);
     /* the schema printed once per schema by the caller gives the same body */
     if (sch) {
         char *printed = cJSON_PrintUnformatted(sch);
         r.schema_json = printed;
-        body = llm_api_build_body(&r);
+        body = llm_api_build_body(&r, NULL);
         assert_string_equal(body, want);
         free(body);
         free(printed);
