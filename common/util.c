@@ -194,39 +194,18 @@ int sbuf_printf(sbuf *b, const char *fmt, ...) {
     return 0;
 }
 
-/* Whether any byte of the 8 at s is below 0x20, '"' or '\\' (bytes of
- * 0x80 and up never count): the classic has-zero-byte test on x ^ '"' and
- * x ^ '\\', and the has-less-than test for 0x20. */
-static int json_word_needs_escape(const char *s) {
-    uint64_t x;
-    memcpy(&x, s, 8);
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    uint64_t q = x ^ (ones * '"'), bs = x ^ (ones * '\\');
-    return (((x - ones * 0x20) | (q - ones) | (bs - ones)) & ~x & highs) != 0;
-}
-
 int sbuf_json_string(sbuf *b, const char *s, size_t len) {
     static const char hex[] = "0123456789abcdef";
-    /* Room for the text as it is; each escape makes room for itself. */
-    if (sbuf_reserve(b, len + 2)) return -1;
-    b->data[b->len++] = '"';
-    size_t i = 0;
-    while (i < len) {
-        /* The run that passes through unchanged, a word at a time. */
-        size_t j = i;
-        while (j + 8 <= len && !json_word_needs_escape(s + j)) j += 8;
-        while (j < len) {
-            unsigned char c = (unsigned char)s[j];
-            if (c < 0x20 || c == '"' || c == '\\') break;
-            j++;
+    /* Worst case every byte becomes \u00XX. */
+    if (sbuf_reserve(b, len * 6 + 2)) return -1;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
         }
-        memcpy(b->data + b->len, s + i, j - i);
-        b->len += j - i;
-        if (j == len) break;
-        /* s[j] is escaped: at most 6 bytes where the reserve counted 1. */
-        if (sbuf_reserve(b, 6 + (len - j) + 1)) return -1;
-        unsigned char c = (unsigned char)s[j];
-        char *o = b->data + b->len;
         *o++ = '\\';
         switch (c) {
         case '"': *o++ = '"'; break;
@@ -240,11 +219,10 @@ int sbuf_json_string(sbuf *b, const char *s, size_t len) {
             *o++ = 'u'; *o++ = '0'; *o++ = '0';
             *o++ = hex[c >> 4]; *o++ = hex[c & 15];
         }
-        b->len = (size_t)(o - b->data);
-        i = j + 1;
     }
-    b->data[b->len++] = '"';
-    b->data[b->len] = '\0';
+    *o++ = '"';
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
     return 0;
 }
 
