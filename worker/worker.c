@@ -449,7 +449,6 @@ static const char *outcome_name(decide_category cat) {
                                                                                  : "error";
 }
 
-
 static void on_finish(void *ud, const state_reply *r) {
     wjob *j = ud;
     worker *w = j->w;
@@ -507,10 +506,10 @@ static int rec_time(sbuf *b, const char *key, int64_t wall_ms) {
     return rec_str(b, key, ts);
 }
 
-/* This attempt's record as JSON text (taken; NULL on OOM), *len bytes.  Written, not
- * built as a cJSON tree and printed: one buffer instead of some 25
- * allocations a job.  The bytes are those the tree printed (jsonout
- * writes as cJSON does), so records written by older workers read the
+/* This attempt's record as JSON text (taken; NULL on OOM), *len bytes.
+ * Written, not built as a cJSON tree and printed: one buffer instead of
+ * some 25 allocations a job.  The bytes are those the tree printed
+ * (jsonout writes as cJSON does), so records of older workers read the
  * same. */
 static char *attempt_record(wjob *j, size_t *len) {
     worker *w = j->w;
