@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 static int g_saved_fd = -1;
 static char g_path[64];
@@ -67,6 +68,32 @@ static void test_unbuffered_writes_each_record(void **state)
     written(buf, sizeof buf);
     assert_non_null(strstr(buf, "\"msg\":\"final: \\\"valid\\\"\""));
     assert_non_null(strstr(buf, "\"job_id\":\"job-1\",\"attempt\":2,\"worker\":\"t\"}\n"));
+}
+
+/* A line is one JSON object, whatever its parts hold: a long message is
+ * cut, a worker id is escaped, the stamp is RFC 3339 with milliseconds. */
+static void test_line_is_json(void **state)
+{
+    (void)state;
+    char buf[8192], big[3000];
+    memset(big, 'm', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    log_init(LOG_INFO, LOG_FORMAT_JSON, "w\"1");
+    log_warn("j\\2", 7, "%s", big);
+    log_init(LOG_INFO, LOG_FORMAT_JSON, "t");
+    written(buf, sizeof buf);
+    cJSON *line = cJSON_Parse(buf);
+    assert_non_null(line);
+    const char *ts = cJSON_GetObjectItem(line, "ts")->valuestring;
+    assert_int_equal(strlen(ts), 24);
+    assert_true(ts[4] == '-' && ts[10] == 'T' && ts[19] == '.' && ts[23] == 'Z');
+    assert_string_equal(cJSON_GetObjectItem(line, "level")->valuestring, "warn");
+    assert_string_equal(cJSON_GetObjectItem(line, "job_id")->valuestring, "j\\2");
+    assert_int_equal(cJSON_GetObjectItem(line, "attempt")->valueint, 7);
+    assert_string_equal(cJSON_GetObjectItem(line, "worker")->valuestring, "w\"1");
+    size_t mlen = strlen(cJSON_GetObjectItem(line, "msg")->valuestring);
+    assert_true(mlen > 1000 && mlen < sizeof(big));
+    cJSON_Delete(line);
 }
 
 static void test_buffered_until_flush(void **state)
@@ -143,6 +170,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_unbuffered_writes_each_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_line_is_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_buffered_until_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_buffer_never_exceeds_an_atomic_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_threads_write_at_once, setup, teardown),
