@@ -533,7 +533,9 @@ static char *attempt_record(wjob *j, size_t *len) {
     }
     j->rec_latency_ms = (double)(util_mono_us() - j->start_us) / 1000.0;
     const char *decision = j->action == DECIDE_FINAL ? "final" : j->action == DECIDE_RETRY ? "retry" : "escalate";
-    if (sbuf_reserve(&b, 512 + output_len + j->value_len) ||
+    /* sbuf_json_string reserves for its worst case (6 bytes a byte): ask
+     * for it here, or the buffer is copied to a larger one mid-record. */
+    if (sbuf_reserve(&b, 512 + 6 * output_len + j->value_len) ||
         rec_num(&b, "{\"attempt\":", j->job.attempt) || rec_str(&b, ",\"outcome\":", outcome_name(j->cat)) ||
         rec_str(&b, ",\"category\":", decide_category_name(j->cat)) || rec_str(&b, ",\"decision\":", decision) ||
         rec_str(&b, ",\"reason\":", j->reason) || rec_strn(&b, ",\"output\":", output, output_len) ||
