@@ -33,7 +33,7 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
         return -1;
     }
     const char *id = get_str(doc, "job_id");
-    if (id && job_id_len) snprintf(job_id_out, job_id_len, "%s", id);
+    if (id && job_id_len) util_concat(job_id_out, job_id_len, id, (char *)NULL);
     schema_violations sv = {0};
     int rc = schema_validate(envelope, doc, &sv);
     if (rc != 0) {

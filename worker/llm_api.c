@@ -253,7 +253,7 @@ static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
  * fr, refusal, content are NULL when absent or not strings; out->text and
  * the token counts are set already. */
 static void openai_classify(llm_api_result *out, const char *fr, const char *refusal, const char *content) {
-    snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", fr ? fr : "");
+    util_concat(out->finish_reason, sizeof(out->finish_reason), fr ? fr : "", (char *)NULL);
     if (refusal) {
         out->category = DECIDE_CAT_REFUSAL;
         snprintf(out->error, sizeof(out->error), "refusal: %s", refusal);
@@ -682,7 +682,7 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
     out->prompt_tokens = get_long(usage, "input_tokens");
     out->completion_tokens = get_long(usage, "output_tokens");
     const char *sr = get_str(doc, "stop_reason");
-    snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", sr ? sr : "");
+    util_concat(out->finish_reason, sizeof(out->finish_reason), sr ? sr : "", (char *)NULL);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
     if (!cJSON_IsArray(content)) {
         anthropic_no_content(out);
@@ -781,7 +781,7 @@ int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_re
     out->prompt_tokens = s.ptoks;
     out->completion_tokens = s.ctoks;
     if (anthropic) {
-        snprintf(out->finish_reason, sizeof(out->finish_reason), "%s", s.fr ? s.fr : "");
+        util_concat(out->finish_reason, sizeof(out->finish_reason), s.fr ? s.fr : "", (char *)NULL);
         if (!s.blocks) {
             anthropic_no_content(out);
         } else {

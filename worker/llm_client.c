@@ -494,17 +494,10 @@ int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body
     call->retry_after_ms = -1;
     call->should_retry = -1;
     call->errbuf[0] = '\0';
-    /* Written by hand rather than with snprintf (format parsing, twice a
-     * call). */
-    static const char job_name[] = "X-Retort-Job-Id: ";
-    size_t id_len = strlen(job_id);
-    if (id_len > sizeof(call->job_hdr) - sizeof(job_name)) id_len = sizeof(call->job_hdr) - sizeof(job_name);
-    memcpy(call->job_hdr, job_name, sizeof(job_name) - 1);
-    memcpy(call->job_hdr + sizeof(job_name) - 1, job_id, id_len);
-    call->job_hdr[sizeof(job_name) - 1 + id_len] = '\0';
-    static const char attempt_name[] = "X-Retort-Attempt: ";
-    memcpy(call->attempt_hdr, attempt_name, sizeof(attempt_name) - 1);
-    util_ltoa(attempt, call->attempt_hdr + sizeof(attempt_name) - 1);
+    char att[24];
+    util_ltoa(attempt, att);
+    util_concat(call->job_hdr, sizeof(call->job_hdr), "X-Retort-Job-Id: ", job_id, (char *)NULL);
+    util_concat(call->attempt_hdr, sizeof(call->attempt_hdr), "X-Retort-Attempt: ", att, (char *)NULL);
     curl_easy_setopt(call->easy, CURLOPT_POSTFIELDS, call->body);
     curl_easy_setopt(call->easy, CURLOPT_POSTFIELDSIZE, (long)body_len);
     if (curl_multi_add_handle(ln->multi, call->easy) != CURLM_OK) {
