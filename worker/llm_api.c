@@ -297,13 +297,13 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
  * nobody reads (id, model, the usage details...): 64 allocations and
  * 1.5 us for the chat completion in ../shared/llm-api.  llm_api_scan reads
  * the body once, checking that it is JSON and keeping only what
- * parse_openai (or parse_anthropic, below it) reads, with the same rules (the first of duplicate keys, a member of
- * the wrong type counts as absent).  What it does not handle (an escaped
- * key, \u0000 or a lone surrogate, a token count that is not a plain
- * integer, a top-level value that is not an object, text after it,
- * nesting deeper than OA_MAX_DEPTH, a raw control byte in a string) makes
- * it give up, and the body goes to cJSON: the result is always the one
- * cJSON gives. */
+ * parse_openai (or parse_anthropic, below it) reads, with the same rules
+ * (the first of duplicate keys, a member of the wrong type counts as
+ * absent).  What it does not handle (an escaped key, \u0000 or a lone
+ * surrogate, a token count that is not a plain integer, a top-level value
+ * that is not an object, text after it, nesting deeper than OA_MAX_DEPTH,
+ * a raw control byte in a string) makes it give up, and the body goes to
+ * cJSON: the result is always the one cJSON gives. */
 
 #define OA_MAX_DEPTH 64
 
@@ -654,16 +654,16 @@ static int oa_top_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     return oa_value(s);
 }
 
-static void anthropic_no_content(llm_api_result *out) {
-    out->category = DECIDE_CAT_SERVER_ERROR;
-    snprintf(out->error, sizeof(out->error), "response has no content");
-}
-
 /* What parse_anthropic and the scanner share: sr is the stop reason (NULL
- * = absent or not a string), total the length of the joined text blocks;
- * out->text, the token counts and the finish reason are set already. */
-static void anthropic_classify(llm_api_result *out, const char *sr, size_t total) {
-    if (sr && !strcmp(sr, "refusal")) {
+ * = absent or not a string), blocks whether "content" is an array, total
+ * the length of its joined text blocks; out->text and the token counts
+ * are set already. */
+static void anthropic_classify(llm_api_result *out, const char *sr, int blocks, size_t total) {
+    util_concat(out->finish_reason, sizeof(out->finish_reason), sr ? sr : "", (char *)NULL);
+    if (!blocks) {
+        out->category = DECIDE_CAT_SERVER_ERROR;
+        snprintf(out->error, sizeof(out->error), "response has no content");
+    } else if (sr && !strcmp(sr, "refusal")) {
         out->category = DECIDE_CAT_REFUSAL;
         snprintf(out->error, sizeof(out->error), "refusal (stop_reason refusal)");
     } else if (sr && !strcmp(sr, "max_tokens")) {
@@ -682,10 +682,9 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
     out->prompt_tokens = get_long(usage, "input_tokens");
     out->completion_tokens = get_long(usage, "output_tokens");
     const char *sr = get_str(doc, "stop_reason");
-    util_concat(out->finish_reason, sizeof(out->finish_reason), sr ? sr : "", (char *)NULL);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
     if (!cJSON_IsArray(content)) {
-        anthropic_no_content(out);
+        anthropic_classify(out, sr, 0, 0);
         return;
     }
     size_t total = 0;
@@ -707,7 +706,7 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
         }
         out->text[off] = '\0';
     }
-    anthropic_classify(out, sr, total);
+    anthropic_classify(out, sr, 1, total);
 }
 
 /* ---- the scanner for Anthropic's Messages answers ----------------------
@@ -781,14 +780,9 @@ int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_re
     out->prompt_tokens = s.ptoks;
     out->completion_tokens = s.ctoks;
     if (anthropic) {
-        util_concat(out->finish_reason, sizeof(out->finish_reason), s.fr ? s.fr : "", (char *)NULL);
-        if (!s.blocks) {
-            anthropic_no_content(out);
-        } else {
-            size_t total = s.text.len;
-            out->text = sbuf_take(&s.text);
-            anthropic_classify(out, s.fr, total);
-        }
+        size_t total = s.text.len;
+        if (s.blocks) out->text = sbuf_take(&s.text);
+        anthropic_classify(out, s.fr, s.blocks, total);
     } else if (!s.choice) {
         openai_no_choices(out);
     } else {

@@ -37,7 +37,7 @@ typedef struct lane {
  * The pool keeps up to as many calls as were ever in flight at once (at
  * least IDLE_MIN): the worker's calls end in bursts (its consumer resumes
  * only below a low-water mark), and with 10,000 calls in flight a pool of
- * 1,024 made one call in five build a new handle (curl_easy_init and a
+ * 1,024 made one call in eight to five build a new handle (curl_easy_init and a
  * score of setopts).  The handles were all alive at the peak anyway. */
 #define IDLE_MIN 1024
 #define RESP_KEEP_MAX (64 * 1024)
