@@ -203,12 +203,21 @@ $(BUILD)/fuzz-llm-api: $(FUZZ_LLM_SRC) worker/llm_api.h worker/decide.h $(wildca
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_LLM_SRC) $(call pc,libcjson) -lm
 
-fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner $(BUILD)/fuzz-llm-api
+# jsonin's parser against cJSON (tests/fuzz_jsonin.c).
+FUZZ_JSONIN_SRC := tests/fuzz_jsonin.c common/jsonin.c
+$(BUILD)/fuzz-jsonin: $(FUZZ_JSONIN_SRC) common/jsonin.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_JSONIN_SRC) $(call pc,libcjson) -lm
+
+fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner $(BUILD)/fuzz-llm-api $(BUILD)/fuzz-jsonin
 	@mkdir -p $(BUILD)/fuzz-corpus $(BUILD)/fuzz-llm-corpus
 	@[ -n "$$(ls $(BUILD)/fuzz-corpus)" ] || ./$(BUILD)/jsts-runner $(JSTS) --fuzz-corpus $(BUILD)/fuzz-corpus >/dev/null
 	./$(BUILD)/fuzz-schema -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -rss_limit_mb=2048 $(BUILD)/fuzz-corpus
 	@[ -n "$$(ls $(BUILD)/fuzz-llm-corpus)" ] || cp $(SHARED)/llm-api/*.json $(BUILD)/fuzz-llm-corpus/
 	./$(BUILD)/fuzz-llm-api -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=5 -dict=tests/fuzz_llm_api.dict $(BUILD)/fuzz-llm-corpus
+	@mkdir -p $(BUILD)/fuzz-jsonin-corpus
+	@[ -n "$$(ls $(BUILD)/fuzz-jsonin-corpus)" ] || cp $(SHARED)/llm-api/*.json $(BUILD)/fuzz-jsonin-corpus/
+	./$(BUILD)/fuzz-jsonin -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -dict=tests/fuzz_llm_api.dict $(BUILD)/fuzz-jsonin-corpus
 
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; RETORT_SHARED=$(SHARED) ./$$t; done

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "jsonin.h"
 #include "util.h"
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -27,10 +28,10 @@ static cJSON *parse_exact(const char *s, size_t len) {
     while (len && is_space(s[len - 1])) len--;
     if (!len) return NULL;
     const char *end = NULL;
-    cJSON *v = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+    cJSON *v = jsonin_parse(s, len, &end, NULL);
     if (!v) return NULL;
     if (end != s + len) {
-        cJSON_Delete(v);
+        jsonin_free(v);
         return NULL;
     }
     return v;
@@ -79,7 +80,7 @@ static int from_prose(const char *text, size_t len, cJSON **out) {
         while (j < len && (text[j] == ' ' || text[j] == '\t')) j++;
         if (j < len && (text[j] == '{' || text[j] == '[')) {
             const char *end = NULL;
-            cJSON *v = cJSON_ParseWithLengthOpts(text + j, len - j, &end, 0);
+            cJSON *v = jsonin_parse(text + j, len - j, &end, NULL);
             if (v) {
                 size_t tail = len - (size_t)(end - text);
                 if (prose_lines(end, tail) <= 1) {
@@ -92,7 +93,7 @@ static int from_prose(const char *text, size_t len, cJSON **out) {
                         return 0;
                     }
                 }
-                cJSON_Delete(v);
+                jsonin_free(v);
             }
         }
         const char *nl = memchr(text + i, '\n', len - i);

@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-/* On success returns 0 and *out (taken by the caller) holds the value.
+/* On success returns 0 and *out (taken by the caller) holds the value,
+ * a read-only jsonin tree: free it with jsonin_free, never cJSON_Delete.
+ * The JSON is read strictly (RFC 8259; see jsonin.h).
  * On failure returns -1 and err says why, in words fit for a repair
  * prompt. */
 int extract_json(const char *text, size_t len, cJSON **out, char *err, size_t errlen);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonin.h"
 #include "jsonout.h"
 #include "util.h"
 
@@ -26,10 +27,20 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
         snprintf(err, errlen, "message is not valid UTF-8");
         return -1;
     }
-    cJSON *doc = cJSON_ParseWithLength(value, len);
+    const char *end = NULL;
+    size_t at = 0;
+    cJSON *doc = jsonin_parse(value, len, &end, &at);
+    if (doc) {
+        /* the value must be the whole message, but for white space */
+        while (end < value + len && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++;
+        if (end != value + len) {
+            at = (size_t)(end - value);
+            jsonin_free(doc);
+            doc = NULL;
+        }
+    }
     if (!doc) {
-        snprintf(err, errlen, "message is not JSON (error near byte %ld)",
-                 (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - value : 0));
+        snprintf(err, errlen, "message is not JSON (error near byte %zu)", at);
         return -1;
     }
     const char *id = get_str(doc, "job_id");
@@ -44,7 +55,7 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
             snprintf(err, errlen, "not a valid job");
         *violations = schema_violations_to_json(&sv);
         schema_violations_clear(&sv);
-        cJSON_Delete(doc);
+        jsonin_free(doc);
         return -1;
     }
     out->doc = doc;
@@ -68,14 +79,14 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms)) {
         snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time", deadline);
         memset(out, 0, sizeof(*out));
-        cJSON_Delete(doc);
+        jsonin_free(doc);
         return -1;
     }
     return 0;
 }
 
 void job_clear(job *j) {
-    cJSON_Delete(j->doc);
+    jsonin_free(j->doc);
     memset(j, 0, sizeof(*j));
 }
 

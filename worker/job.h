@@ -10,7 +10,8 @@
 #include "schema.h"
 
 typedef struct job {
-    cJSON *doc;              /* the parsed message value (owned) */
+    cJSON *doc;              /* the parsed message value (owned): a read-only
+                              * jsonin tree (jsonin_free, never cJSON_Delete) */
     const char *job_id;      /* into doc */
     const cJSON *schema;     /* string id or inline object, into doc */
     const char *model;       /* into doc, or NULL */

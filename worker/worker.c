@@ -16,6 +16,7 @@
 #include "events.h"
 #include "extract.h"
 #include "job.h"
+#include "jsonin.h"
 #include "jsonout.h"
 #include "kafka_io.h"
 #include "llm_api.h"
@@ -257,7 +258,7 @@ static void wjob_close_cb(uv_handle_t *h) {
     free(j->text);
     free(j->rec);
     free(j->value_text);
-    cJSON_Delete(j->value);
+    jsonin_free(j->value);
     cJSON_Delete(j->violations);
     free(j->ev_value);
     free(j->msg_key);
@@ -684,7 +685,7 @@ static void validate_text(wjob *j) {
             j->value = value;
             return;
         }
-        cJSON_Delete(value);
+        jsonin_free(value);
         trim_violations(j->violations, w->max_violations);
         j->cat = DECIDE_CAT_INVALID;
         return;
@@ -693,7 +694,7 @@ static void validate_text(wjob *j) {
     j->violations = schema_violations_to_json(&sv);
     trim_violations(j->violations, w->max_violations);
     schema_violations_clear(&sv);
-    cJSON_Delete(value);
+    jsonin_free(value);
     j->cat = DECIDE_CAT_INVALID;
 }
 

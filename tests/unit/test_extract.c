@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "extract.h"
+#include "jsonin.h"
 #include "util.h"
 
 static int ok(const char *text, const char *want_json) {
@@ -15,7 +16,7 @@ static int ok(const char *text, const char *want_json) {
     if (extract_json(text, strlen(text), &v, err, sizeof(err))) return 0;
     cJSON *want = cJSON_Parse(want_json);
     int same = cJSON_Compare(v, want, 1);
-    cJSON_Delete(v);
+    jsonin_free(v);
     cJSON_Delete(want);
     return same;
 }
@@ -24,7 +25,7 @@ static int rejected(const char *text) {
     cJSON *v = NULL;
     char err[256] = "";
     int rc = extract_json(text, strlen(text), &v, err, sizeof(err));
-    if (rc == 0) cJSON_Delete(v);
+    if (rc == 0) jsonin_free(v);
     return rc != 0 && v == NULL && err[0];
 }
 
@@ -72,6 +73,21 @@ static void test_not_json(void **s) {
     assert_true(rejected("{\"a\":\"\xed\xa0\x80\"}")); /* encoded surrogate */
 }
 
+/* JSON as RFC 8259 writes it, not as cJSON reads it: each of these
+ * cJSON 1.7.15 takes (leading zeros, a bare "1.", raw control characters
+ * in strings, \u with non-hex digits, an unclosed array ending the text
+ * right after a closed one). */
+static void test_strict(void **s) {
+    (void)s;
+    assert_true(rejected("{\"a\":01}"));
+    assert_true(rejected("{\"a\":1.}"));
+    assert_true(rejected("{\"a\":\"x\ty\"}"));
+    assert_true(rejected("{\"a\":\"\\uzzzz\"}"));
+    assert_true(rejected("[[]"));
+    assert_true(rejected("```json\n{\"a\":{}\n```"));
+    assert_true(ok("{\"a\":\"x\\ty\",\"b\":-0.5e1}", "{\"a\":\"x\\ty\",\"b\":-5}"));
+}
+
 static void test_utf8(void **s) {
     (void)s;
     assert_true(util_utf8_valid("h\xc3\xa9llo", 6));
@@ -91,7 +107,7 @@ static void test_utf8(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain), cmocka_unit_test(test_fence), cmocka_unit_test(test_prose),
-        cmocka_unit_test(test_not_json), cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_not_json), cmocka_unit_test(test_strict), cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests_name("extract", tests, NULL, NULL);
 }

@@ -1,0 +1,43 @@
+/* jsonin.h - parses JSON text into a cJSON tree that lives in one block.
+ *
+ * The worker keeps two parsed documents per job: the job message, for the
+ * whole life of the job (2 s and more with a slow model), and the model's
+ * answer.  cJSON_Parse makes an allocation per node and per string, and
+ * with thousands of jobs in flight each of those frees comes back cold.
+ * Here the nodes and strings of a document share one allocation sized in
+ * advance, so a document costs one malloc and one free.
+ *
+ * Grammar: RFC 8259, strictly (JSON.parse's, where cJSON is looser):
+ * white space is space, tab, CR and LF only; numbers without leading
+ * zeros, a bare '.', '+' or a trailing 'e'; no raw control characters in
+ * strings; \u takes exactly four hex digits.  The values are cJSON's:
+ * numbers are doubles (as strtod gives them) with cJSON's saturated
+ * valueint, strings are unescaped into NUL-terminated UTF-8 (so "\u0000"
+ * ends the C string, as in cJSON), a \u escape of a lone surrogate is an
+ * error, duplicate keys are kept in order, and the first child's prev
+ * points at the last child.  Nesting deeper than 1000 is an error, as in
+ * cJSON.  Bytes >= 0x80 are copied as they are: check UTF-8 first.
+ *
+ * The tree is read-only for cJSON: read it, print it, compare it,
+ * duplicate it, but never cJSON_Delete it, detach, replace or add to its
+ * nodes.  Free it with jsonin_free. */
+#ifndef RETORT_JSONIN_H
+#define RETORT_JSONIN_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+/* Parses one value from text[0..len) (borrowed; need not be
+ * NUL-terminated), after leading white space (and a UTF-8 byte order mark
+ * at the very start).  Returns the root, taken by the caller (free it with
+ * jsonin_free), or NULL when the text is not JSON or memory ran out.
+ * end (may be NULL): set to just after the value on success; what
+ * follows is the caller's business.  err_at (may be NULL): on failure,
+ * the offset of the byte where parsing stopped (len when the text ended
+ * early). */
+cJSON *jsonin_parse(const char *text, size_t len, const char **end, size_t *err_at);
+
+/* Frees a tree from jsonin_parse.  Accepts NULL. */
+void jsonin_free(cJSON *root);
+
+#endif

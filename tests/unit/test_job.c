@@ -1,0 +1,93 @@
+/* job_parse: a message is one JSON value (RFC 8259) that fits the
+ * envelope; the parsed job keeps its document in one jsonin block. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "job.h"
+
+static schema *envelope(void)
+{
+    cJSON *doc = cJSON_Parse("{\"type\":\"object\",\"required\":[\"job_id\",\"schema\"],"
+                             "\"properties\":{\"job_id\":{\"type\":\"string\",\"minLength\":1},"
+                             "\"attempt\":{\"type\":\"integer\",\"minimum\":1}}}");
+    char err[256];
+    schema *s = schema_compile(NULL, doc, NULL, err, sizeof err);
+    cJSON_Delete(doc);
+    assert_non_null(s);
+    return s;
+}
+
+/* rc of job_parse on text; err and the job id read into the buffers */
+static int parse(const schema *env, const char *text, job *j, char *err, size_t errlen, char *id, size_t idlen)
+{
+    cJSON *violations = NULL;
+    int rc = job_parse(text, strlen(text), env, 3, 10, j, &violations, id, idlen, err, errlen);
+    cJSON_Delete(violations);
+    return rc;
+}
+
+static void test_valid(void **s)
+{
+    (void)s;
+    schema *env = envelope();
+    job j;
+    char err[256] = "", id[64];
+    const char *text = " {\"job_id\":\"j-1\",\"schema\":\"product.v1\",\"prompt\":\"hi \\u00e9\",\"attempt\":2,"
+                       "\"max_attempts\":50,\"metadata\":{\"k\":[1,2]},\"batch_id\":\"b\"}\n";
+    assert_int_equal(parse(env, text, &j, err, sizeof err, id, sizeof id), 0);
+    assert_string_equal(j.job_id, "j-1");
+    assert_string_equal(id, "j-1");
+    assert_string_equal(j.schema->valuestring, "product.v1");
+    assert_string_equal(j.batch_id, "b");
+    assert_int_equal(j.attempt, 2);
+    assert_int_equal(j.max_attempts, 10); /* capped by the ceiling */
+    assert_true(cJSON_IsObject(j.metadata));
+    /* the retry job duplicates the document: nothing points into the block */
+    char *retry = job_retry_value(&j, NULL);
+    assert_non_null(retry);
+    job_clear(&j);
+    assert_non_null(strstr(retry, "\"attempt\":3"));
+    assert_non_null(strstr(retry, "\"prompt\":\"hi \xc3\xa9\""));
+    free(retry);
+    schema_free(env);
+}
+
+static void test_rejected(void **s)
+{
+    (void)s;
+    schema *env = envelope();
+    job j;
+    char err[256], id[64];
+    static const struct {
+        const char *text, *err;
+    } bad[] = {
+        { "", "empty message" },
+        { "{\"job_id\":\"a\",\"schema\":\"x\"} {}", "message is not JSON (error near byte 28)" },
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"n\":01}", "message is not JSON (error near byte 32)" },
+        { "{\"job_id\":\"a\",\"schema\":\"x\"", "message is not JSON (error near byte 26)" },
+        { "{\"job_id\":\"a\",\"schema\":\"x\xff\"}", "message is not valid UTF-8" },
+        { "{\"job_id\":\"\",\"schema\":\"x\"}", "not a valid job: /job_id: " },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(parse(env, bad[i].text, &j, err, sizeof err, id, sizeof id), -1);
+        if (strncmp(err, bad[i].err, strlen(bad[i].err)) != 0)
+            fail_msg("%s: \"%s\", expected \"%s...\"", bad[i].text, err, bad[i].err);
+        assert_null(j.doc);
+    }
+    schema_free(env);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid),
+        cmocka_unit_test(test_rejected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
