@@ -1,5 +1,6 @@
 /* validate_cli.c - `retort validate` (see validate_cli.h). */
 #include "validate_cli.h"
+#include "jsonin.h"
 #include "schema.h"
 #include "schema_uri.h"
 #include "util.h"
@@ -78,7 +79,9 @@ static void line_col(const char *buf, size_t off, int *line, int *col)
     }
 }
 
-/* Parses text as one JSON document.  NULL with a message in why. */
+/* Parses text as one JSON document, as strictly as the worker reads
+ * answers (jsonin.h).  NULL with a message in why; the tree is freed with
+ * jsonin_free. */
 static cJSON *parse_doc(const char *text, size_t len, char *why, size_t whylen)
 {
     size_t bad = utf8_invalid_at((const unsigned char *)text, len);
@@ -89,9 +92,9 @@ static cJSON *parse_doc(const char *text, size_t len, char *why, size_t whylen)
         return NULL;
     }
     const char *end = NULL;
-    cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t off = 0;
+    cJSON *doc = jsonin_parse(text, len, &end, &off);
     if (!doc) {
-        size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
         line_col(text, off, &line, &col);
         snprintf(why, whylen, "not valid JSON (line %d column %d)", line, col);
         return NULL;
@@ -102,7 +105,7 @@ static cJSON *parse_doc(const char *text, size_t len, char *why, size_t whylen)
         line_col(text, (size_t)(end - text), &line, &col);
         snprintf(why, whylen, "not valid JSON: unexpected data after the document (line %d column %d)",
                  line, col);
-        cJSON_Delete(doc);
+        jsonin_free(doc);
         return NULL;
     }
     return doc;
@@ -208,7 +211,7 @@ static int check_instance(const schema *s, const char *name)
     }
     schema_violations v = { 0 };
     int r = schema_validate(s, inst, &v);
-    cJSON_Delete(inst);
+    jsonin_free(inst);
     cJSON *arr = schema_violations_to_json(&v);
     for (cJSON *item = arr ? arr->child : NULL; item; item = item->next) {
         cJSON *o = cJSON_CreateObject();
@@ -365,7 +368,7 @@ int validate_cli_main(int argc, char **argv)
     }
 done:
     schema_free(s);
-    cJSON_Delete(doc);
+    jsonin_free(doc);
     free(schema_text);
     free(base);
     schema_registry_free(reg);

@@ -1146,6 +1146,19 @@ static void test_validate_cli(void **state)
     cJSON_Delete(l1);
     cJSON_Delete(l2);
 
+    /* read as strictly as the worker reads answers: a leading zero is not
+     * JSON, and the message points at the byte */
+    char lax[256];
+    write_file("lax.json", "{\"id\":\n 01}");
+    snprintf(lax, sizeof lax, "%s/lax.json", g_tmpdir);
+    char *a6[] = { "validate", s, lax };
+    assert_int_equal(run_cli(a6, 3, out, sizeof out), 1);
+    cJSON *l3 = cJSON_Parse(out);
+    assert_non_null(l3);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l3, "code")), "NOT_JSON");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l3, "message")), "not valid JSON (line 2 column 3)");
+    cJSON_Delete(l3);
+
     char *a3[] = { "validate", badschema, ok };
     assert_int_equal(run_cli(a3, 3, out, sizeof out), 2);
     assert_string_equal(out, "");
@@ -1158,7 +1171,7 @@ static void test_validate_cli(void **state)
     assert_non_null(strstr(out, "usage: retort validate"));
 
     const char *names[] = { "s.json", "defs.json", "ok.json", "bad.json", "broken.json",
-                            "badschema.json", "stdout.txt", "stderr.txt" };
+                            "badschema.json", "lax.json", "stdout.txt", "stderr.txt" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "%s/%s", g_tmpdir, names[i]);
