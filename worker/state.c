@@ -183,6 +183,7 @@ struct state {
     uv_prepare_t pub_flush;
     state_conn_cb conn_cb;
     void *conn_ud;
+    sbuf wire;                          /* the command being sent, in RESP (reused) */
 };
 
 #define REPLY_TIMEOUT_MS 5000
@@ -325,6 +326,31 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     op_free(op);
 }
 
+int state_format_command(sbuf *b, int argc, const char *const *argv, const size_t *lens) {
+    size_t need = 16;
+    for (int i = 0; i < argc; i++) need += lens[i] + 24;
+    b->len = 0;
+    if (sbuf_reserve(b, need)) return -1;
+    char *o = b->data;
+    *o++ = '*';
+    o += util_ltoa(argc, o);
+    *o++ = '\r';
+    *o++ = '\n';
+    for (int i = 0; i < argc; i++) {
+        *o++ = '$';
+        o += util_ltoa((long long)lens[i], o);
+        *o++ = '\r';
+        *o++ = '\n';
+        memcpy(o, argv[i], lens[i]);
+        o += lens[i];
+        *o++ = '\r';
+        *o++ = '\n';
+    }
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
+    return 0;
+}
+
 static void op_send(state *st, state_op *op) {
     const char *argv[2 * PUB_BATCH_MAX + 3];
     size_t lens[2 * PUB_BATCH_MAX + 3];
@@ -343,8 +369,11 @@ static void op_send(state *st, state_op *op) {
         argv[n] = op->args.data + op->offs[i];
         lens[n++] = op->lens[i];
     }
-    if (!st->connected ||
-        redisAsyncCommandArgv(st->ac, reply_cb, op, n, argv, lens) != REDIS_OK) {
+    /* Formatted here into one reused buffer: hiredis's own formatting
+     * allocates the command and parses a format string for every
+     * argument. */
+    if (!st->connected || state_format_command(&st->wire, n, argv, lens) ||
+        redisAsyncFormattedCommand(st->ac, reply_cb, op, st->wire.data, st->wire.len) != REDIS_OK) {
         enqueue(st, op);
         return;
     }
@@ -564,6 +593,7 @@ void state_free(state *st) {
     free(st->host);
     free(st->password);
     free(st->prefix);
+    sbuf_free(&st->wire);
     uv_timer_stop(&st->reconnect);
     uv_timer_stop(&st->connect_watch);
     uv_close((uv_handle_t *)&st->reconnect, st_close_cb);

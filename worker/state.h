@@ -22,6 +22,8 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "util.h"
+
 typedef struct state state;
 
 typedef struct state_options {
@@ -92,5 +94,11 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, i
  * state is freed is dropped (a missing mark only makes a redelivered
  * message produce its outcome again, with the same event id). */
 int state_published(state *st, const char *job_id, int attempt);
+
+/* The command argv[0..argc) (lengths in lens) in Redis's wire format
+ * (RESP: an array of bulk strings, what redisFormatCommandArgv writes)
+ * into b, replacing what it held.  0 = ok, -1 on out of memory.  Exposed
+ * for the unit tests. */
+int state_format_command(sbuf *b, int argc, const char *const *argv, const size_t *lens);
 
 #endif
