@@ -40,7 +40,7 @@ static const char script_begin[] = SCRIPT_HEAD
     "  local r = {head('retried', status, cur, pub, tok)}\n"
     "  if pub < cur then\n"
     "    local last = redis.call('LINDEX', KEYS[2], -1)\n"
-    "    if last then r[6] = last end\n"
+    "    if last then r[#r + 1] = last end\n"
     "  end\n"
     "  return r\n"
     "end\n"

@@ -919,6 +919,11 @@ static void on_begin(void *ud, const state_reply *r) {
             produce_outcome(j);
             return;
         }
+        if (r->published < r->attempt)
+            /* The retry job never left and its record is gone (or did not
+             * come back): nothing to rebuild it from.  Say so; the job's
+             * state in Redis shows it. */
+            log_error(j->job.job_id, j->job.attempt, "retry decided but not delivered, and its record is missing");
         w->n_skipped++;
         w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);

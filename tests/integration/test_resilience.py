@@ -82,6 +82,35 @@ def test_sigkill_during_batch_loses_nothing(stack):
     assert stack.stop_worker(sup) == 0
 
 
+def test_redelivered_message_of_a_decided_retry_republishes_it(stack):
+    """A worker that decided a retry and was killed before the retry job
+    left leaves the job at 'retrying' in Redis with the attempt's record.
+    The redelivered message must produce the retry job from that record.
+    (The begin script once dropped the record from its reply, and the
+    worker then skipped the message: the job was lost, as
+    test_sigkill_during_batch_loses_nothing saw about once in ten runs.)"""
+    w = stack.start_worker()
+    jid = uid("decided")
+    r = stack.redis_client()
+    rec = {"attempt": 1, "outcome": "invalid", "category": "invalid", "decision": "retry",
+           "reason": "validation failed on attempt 1 of 3", "output": "{\"name\": 5}",
+           "violations": [{"path": "/name", "keyword": "/properties/name/type", "code": "WRONG_TYPE",
+                           "message": "expected string, got integer", "expected": "string", "actual": 5}]}
+    r.hset("retort:job:{%s}" % jid, mapping={"attempt": 1, "status": "retrying", "recorded": 1,
+                                              "owner": "killed-worker:1", "max_attempts": 3, "published": 0})
+    r.rpush("retort:job:{%s}:history" % jid, json.dumps(rec))
+    stack.produce_jobs([job(jid)])
+    outs = check_exactly_once(stack, [jid])
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"] == jid]
+    assert len(retries) == 1, retries
+    assert retries[0]["value"]["attempt"] == 2
+    assert retries[0]["value"]["reflection"]["violations"][0]["path"] == "/name"
+    assert "retry already decided; republishing it" in stack.worker_log(w.name)
+    final = [m for m in outs if m["value"]["job_id"] == jid]
+    assert final[0]["headers"]["ce_type"] == "retort.job.final" and final[0]["value"]["attempts"] == 2
+
+
 @pytest.mark.slow
 def test_redis_restart_mid_batch(stack):
     w = stack.start_worker("--set", "llm.max_inflight=32")
