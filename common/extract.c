@@ -22,21 +22,6 @@ static int prose_lines(const char *s, size_t len) {
     return lines + !blank;
 }
 
-/* Parses exactly one JSON value that fills s[0..len) but for white space. */
-static cJSON *parse_exact(const char *s, size_t len) {
-    while (len && is_space(*s)) { s++; len--; }
-    while (len && is_space(s[len - 1])) len--;
-    if (!len) return NULL;
-    const char *end = NULL;
-    cJSON *v = jsonin_parse(s, len, &end, NULL);
-    if (!v) return NULL;
-    if (end != s + len) {
-        jsonin_free(v);
-        return NULL;
-    }
-    return v;
-}
-
 static const char *find_str(const char *s, size_t len, const char *needle) {
     size_t n = strlen(needle);
     for (size_t i = 0; i + n <= len; i++)
@@ -65,7 +50,7 @@ static int from_fence(const char *text, size_t len, cJSON **out) {
     if (find_str(after, after_len, "```")) return -1; /* more than one fence */
     if (prose_lines(text, (size_t)(open - text)) > 1 || prose_lines(after, after_len) > 1)
         return -1;
-    cJSON *v = parse_exact(body, (size_t)(close - body));
+    cJSON *v = jsonin_parse_all(body, (size_t)(close - body), NULL);
     if (!v) return -1;
     *out = v;
     return 0;
@@ -115,7 +100,7 @@ int extract_json(const char *text, size_t len, cJSON **out, char *err, size_t er
         snprintf(err, errlen, "the answer is not valid UTF-8");
         return -1;
     }
-    cJSON *v = parse_exact(text, len);
+    cJSON *v = jsonin_parse_all(text, len, NULL);
     if (v) {
         *out = v;
         return 0;

@@ -421,6 +421,23 @@ fail:
     return NULL;
 }
 
+cJSON *jsonin_parse_all(const char *text, size_t len, size_t *err_at)
+{
+    const char *end = NULL;
+    cJSON *root = jsonin_parse(text, len, &end, err_at);
+    if (!root)
+        return NULL;
+    jparser x = { .p = (const unsigned char *)end, .end = (const unsigned char *)text + len };
+    skip_ws(&x);
+    if (x.p != x.end) {
+        if (err_at)
+            *err_at = (size_t)((const char *)x.p - text);
+        jsonin_free(root);
+        return NULL;
+    }
+    return root;
+}
+
 void jsonin_free(cJSON *root)
 {
     free(root); /* the root is the block's first node */

@@ -37,6 +37,11 @@
  * early). */
 cJSON *jsonin_parse(const char *text, size_t len, const char **end, size_t *err_at);
 
+/* jsonin_parse for a text that must be one value and nothing else but
+ * white space.  On failure err_at (may be NULL) is where parsing stopped,
+ * or the first byte after the value that is not white space. */
+cJSON *jsonin_parse_all(const char *text, size_t len, size_t *err_at);
+
 /* Frees a tree from jsonin_parse.  Accepts NULL. */
 void jsonin_free(cJSON *root);
 

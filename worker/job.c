@@ -27,18 +27,8 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
         snprintf(err, errlen, "message is not valid UTF-8");
         return -1;
     }
-    const char *end = NULL;
     size_t at = 0;
-    cJSON *doc = jsonin_parse(value, len, &end, &at);
-    if (doc) {
-        /* the value must be the whole message, but for white space */
-        while (end < value + len && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++;
-        if (end != value + len) {
-            at = (size_t)(end - value);
-            jsonin_free(doc);
-            doc = NULL;
-        }
-    }
+    cJSON *doc = jsonin_parse_all(value, len, &at);
     if (!doc) {
         snprintf(err, errlen, "message is not JSON (error near byte %zu)", at);
         return -1;

@@ -221,6 +221,25 @@ static void test_large(void **s)
     }
 }
 
+/* One value and nothing but white space around it. */
+static void test_parse_all(void **s)
+{
+    (void)s;
+    size_t at = 0;
+    cJSON *j = jsonin_parse_all(" \n{\"a\":[1]} \r\n\t", 13, &at);
+    assert_non_null(j);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "a")), 1);
+    jsonin_free(j);
+    assert_null(jsonin_parse_all("{} {}", 5, &at));
+    assert_int_equal(at, 3);
+    assert_null(jsonin_parse_all("01", 2, &at));
+    assert_int_equal(at, 1);
+    assert_null(jsonin_parse_all("[1,", 3, &at));
+    assert_int_equal(at, 3);
+    assert_null(jsonin_parse_all("  ", 2, &at));
+    assert_int_equal(at, 2);
+}
+
 static void test_depth(void **s)
 {
     (void)s;
@@ -250,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_bounds_and_end),
         cmocka_unit_test(test_large),
+        cmocka_unit_test(test_parse_all),
         cmocka_unit_test(test_depth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
