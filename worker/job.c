@@ -140,7 +140,7 @@ char *job_retry_value(const job *j, const cJSON *reflection) {
     /* The resolved budget travels with the job so every worker agrees. */
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "max_attempts");
     cJSON_AddNumberToObject(doc, "max_attempts", j->max_attempts);
-    cJSON_AddItemToObject(doc, "reflection", cJSON_Duplicate(reflection, 1));
+    if (reflection) cJSON_AddItemToObject(doc, "reflection", cJSON_Duplicate(reflection, 1));
     char *s = jsonout_print(doc);
     cJSON_Delete(doc);
     return s;

@@ -42,7 +42,8 @@ void job_clear(job *j);
 cJSON *job_messages(const job *j, const char *schema_text);
 
 /* The retry job for attempt + 1: the original job with attempt and
- * reflection replaced.  JSON text, taken by the caller. */
+ * reflection replaced (reflection borrowed; NULL leaves the retry without
+ * one, a fresh ask).  JSON text, taken by the caller. */
 char *job_retry_value(const job *j, const cJSON *reflection);
 
 #endif

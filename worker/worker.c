@@ -919,11 +919,18 @@ static void on_begin(void *ud, const state_reply *r) {
             produce_outcome(j);
             return;
         }
-        if (r->published < r->attempt)
-            /* The retry job never left and its record is gone (or did not
-             * come back): nothing to rebuild it from.  Say so; the job's
-             * state in Redis shows it. */
-            log_error(j->job.job_id, j->job.attempt, "retry decided but not delivered, and its record is missing");
+        if (r->published < r->attempt && r->attempt == j->job.attempt) {
+            /* The retry job never left and the attempt's record is gone
+             * (Redis lost the list but not the hash).  Skipping would lose
+             * the job; without the record there is nothing to repair from,
+             * so the next attempt asks afresh (no reflection).  The
+             * attempts left still bound it. */
+            log_warn(j->job.job_id, j->job.attempt, "retry decided but not delivered, and its record is missing; "
+                     "republishing it without a reflection");
+            set_event(j, EVENT_RETRY, w->t_jobs, r->attempt, NULL, job_retry_value(&j->job, NULL));
+            produce_outcome(j);
+            return;
+        }
         w->n_skipped++;
         w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);

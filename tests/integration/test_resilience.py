@@ -82,6 +82,28 @@ def test_sigkill_during_batch_loses_nothing(stack):
     assert stack.stop_worker(sup) == 0
 
 
+def redeliver_decided_retry(stack, jid, records):
+    """Seeds Redis as a worker killed after deciding attempt 1's retry, and
+    before the retry job left, leaves it (with the given history records),
+    then produces the attempt-1 message again.  Returns the worker, the
+    retry jobs seen and the job's outcome event."""
+    w = stack.start_worker()
+    r = stack.redis_client()
+    r.hset("retort:job:{%s}" % jid, mapping={"attempt": 1, "status": "retrying", "recorded": 1,
+                                              "owner": "killed-worker:1", "max_attempts": 3, "published": 0})
+    for rec in records:
+        r.rpush("retort:job:{%s}:history" % jid, json.dumps(rec))
+    stack.produce_jobs([job(jid)])
+    outs = check_exactly_once(stack, [jid])
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"] == jid]
+    assert len(retries) == 1, retries
+    assert retries[0]["value"]["attempt"] == 2
+    final = [m for m in outs if m["value"]["job_id"] == jid][0]
+    assert final["headers"]["ce_type"] == "retort.job.final" and final["value"]["attempt"] == 2
+    return w, retries[0], final
+
+
 def test_redelivered_message_of_a_decided_retry_republishes_it(stack):
     """A worker that decided a retry and was killed before the retry job
     left leaves the job at 'retrying' in Redis with the attempt's record.
@@ -89,26 +111,26 @@ def test_redelivered_message_of_a_decided_retry_republishes_it(stack):
     (The begin script once dropped the record from its reply, and the
     worker then skipped the message: the job was lost, as
     test_sigkill_during_batch_loses_nothing saw about once in ten runs.)"""
-    w = stack.start_worker()
-    jid = uid("decided")
-    r = stack.redis_client()
     rec = {"attempt": 1, "outcome": "invalid", "category": "invalid", "decision": "retry",
            "reason": "validation failed on attempt 1 of 3", "output": "{\"name\": 5}",
            "violations": [{"path": "/name", "keyword": "/properties/name/type", "code": "WRONG_TYPE",
                            "message": "expected string, got integer", "expected": "string", "actual": 5}]}
-    r.hset("retort:job:{%s}" % jid, mapping={"attempt": 1, "status": "retrying", "recorded": 1,
-                                              "owner": "killed-worker:1", "max_attempts": 3, "published": 0})
-    r.rpush("retort:job:{%s}:history" % jid, json.dumps(rec))
-    stack.produce_jobs([job(jid)])
-    outs = check_exactly_once(stack, [jid])
-    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
-               and m["value"]["job_id"] == jid]
-    assert len(retries) == 1, retries
-    assert retries[0]["value"]["attempt"] == 2
-    assert retries[0]["value"]["reflection"]["violations"][0]["path"] == "/name"
+    w, retry, final = redeliver_decided_retry(stack, uid("decided"), [rec])
+    assert retry["value"]["reflection"]["violations"][0]["path"] == "/name"
     assert "retry already decided; republishing it" in stack.worker_log(w.name)
-    final = [m for m in outs if m["value"]["job_id"] == jid]
-    assert final[0]["headers"]["ce_type"] == "retort.job.final" and final[0]["value"]["attempts"] == 2
+    assert final["value"]["attempts"] == 2
+
+
+def test_decided_retry_with_its_record_lost_is_asked_again(stack):
+    """Redis lost the attempt's record (the history list) but kept the job
+    at 'retrying', undelivered: the redelivered message must not be
+    skipped, which would lose the job.  The retry leaves without a
+    reflection (nothing to repair from) and the job ends final."""
+    w, retry, final = redeliver_decided_retry(stack, uid("lostrec"), [])
+    assert "reflection" not in retry["value"]
+    assert "its record is missing; republishing it without a reflection" in stack.worker_log(w.name)
+    # one record in the audit trail: attempt 1's is gone
+    assert final["value"]["attempts"] == 1
 
 
 @pytest.mark.slow

@@ -83,11 +83,42 @@ static void test_rejected(void **s)
     schema_free(env);
 }
 
+/* A retry job replaces the reflection it came with, or drops it when the
+ * worker has none to give (the attempt's record was lost): a fresh ask. */
+static void test_retry_reflection(void **s)
+{
+    (void)s;
+    schema *env = envelope();
+    job j;
+    char err[256] = "", id[64];
+    const char *text = "{\"job_id\":\"j-2\",\"schema\":\"x\",\"prompt\":\"p\",\"attempt\":2,"
+                       "\"reflection\":{\"attempt\":1,\"prompt\":\"old\"}}";
+    assert_int_equal(parse(env, text, &j, err, sizeof err, id, sizeof id), 0);
+    assert_true(cJSON_IsObject(j.reflection));
+    cJSON *mine = cJSON_Parse("{\"attempt\":2,\"prompt\":\"new\"}");
+    char *with = job_retry_value(&j, mine);
+    char *without = job_retry_value(&j, NULL);
+    job_clear(&j);
+    cJSON_Delete(mine);
+    cJSON *a = cJSON_Parse(with), *b = cJSON_Parse(without);
+    assert_int_equal(cJSON_GetObjectItem(a, "attempt")->valueint, 3);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "reflection"), "prompt")->valuestring, "new");
+    assert_int_equal(cJSON_GetObjectItem(b, "attempt")->valueint, 3);
+    assert_null(cJSON_GetObjectItem(b, "reflection"));
+    assert_string_equal(cJSON_GetObjectItem(b, "prompt")->valuestring, "p");
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    free(with);
+    free(without);
+    schema_free(env);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_rejected),
+        cmocka_unit_test(test_retry_reflection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
