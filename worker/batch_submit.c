@@ -509,9 +509,15 @@ done:
 
 /* Resets one escalated job, atomically with the batch's counters, and only
  * if it is still escalated.  What its attempts cost is kept on the batch
- * (replaced_*), since its history goes.  KEYS: job, history, batch. */
+ * (replaced_*), since its history goes.  The job's hash keeps only the
+ * next run's number, which the job is produced with: its events get ids
+ * of their own, and the worker takes a late message of the earlier run
+ * for stale.  KEYS: job, history, batch; ARGV: now (ms), ttl (s).
+ * Returns the new run, or 0 when the job was not escalated. */
 static const char script_reset[] =
-    "if redis.call('HGET', KEYS[1], 'status') ~= 'escalated' then return 0 end\n"
+    "local f = redis.call('HMGET', KEYS[1], 'status', 'run')\n"
+    "if f[1] ~= 'escalated' then return 0 end\n"
+    "local run = (tonumber(f[2]) or 1) + 1\n"
     "local batch = redis.call('EXISTS', KEYS[3]) == 1\n"
     "if batch then\n"
     "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do\n"
@@ -534,7 +540,9 @@ static const char script_reset[] =
     "  redis.call('HINCRBY', KEYS[3], 'resubmitted', 1)\n"
     "end\n"
     "redis.call('DEL', KEYS[1], KEYS[2])\n"
-    "return 1\n";
+    "redis.call('HSET', KEYS[1], 'run', run, 'status', 'resubmitted', 'updated', ARGV[1])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+    "return run\n";
 
 typedef struct resub_ctx {
     const config *cfg;
@@ -544,7 +552,7 @@ typedef struct resub_ctx {
     const char *batch_key;
     const char *sha;
     int max_attempts;        /* 0: as in the input */
-    unsigned char *reset;      /* per id: reset by the script */
+    int *reset;                /* per job: its new run, 0 when not reset */
     sub_jobs jobs;             /* the jobs to produce */
     size_t candidates;
     size_t missing_input;
@@ -580,6 +588,7 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
     }
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "attempt");
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "reflection");
+    cJSON_DeleteItemFromObjectCaseSensitive(doc, "run"); /* the reset says which */
     if (rc->max_attempts) {
         cJSON_DeleteItemFromObjectCaseSensitive(doc, "max_attempts");
         cJSON_AddNumberToObject(doc, "max_attempts", rc->max_attempts);
@@ -602,8 +611,10 @@ static int reset_build(redisContext *c, size_t i, void *ud) {
     const char *id = rc->jobs.items[i].id;
     batch_util_key_job(rc->cfg, id, jkey, sizeof(jkey));
     batch_util_key_history(rc->cfg, id, hkey, sizeof(hkey));
-    return redisAppendCommand(c, "EVALSHA %s 3 %s %s %s", rc->sha, jkey, hkey, rc->batch_key) == REDIS_OK ? 0
-                                                                                                         : -1;
+    return redisAppendCommand(c, "EVALSHA %s 3 %s %s %s %lld %lld", rc->sha, jkey, hkey, rc->batch_key,
+                              (long long)util_wall_ms(), config_get_int(rc->cfg, "redis.ttl_s")) == REDIS_OK
+               ? 0
+               : -1;
 }
 
 static int reset_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
@@ -612,7 +623,23 @@ static int reset_reply(size_t i, redisReply **r, void *ud, char *err, size_t err
         snprintf(err, errlen, "redis: %s", r[0]->str);
         return -1;
     }
-    rc->reset[i] = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer == 1;
+    rc->reset[i] = r[0]->type == REDIS_REPLY_INTEGER && r[0]->integer > 1 && r[0]->integer <= 1000000
+                       ? (int)r[0]->integer
+                       : 0;
+    if (!rc->reset[i]) return 0;
+    /* The job as scanned is cJSON's print of an object with members
+     * (job_id at least) and no "run": the run goes in before its '}'. */
+    sub_job *sj = &rc->jobs.items[i];
+    size_t len = strlen(sj->json);
+    char *json = malloc(len + 32);
+    if (!json) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(json, sj->json, len - 1);
+    snprintf(json + len - 1, 33, ",\"run\":%d}", rc->reset[i]);
+    free(sj->json);
+    sj->json = json;
     return 0;
 }
 
@@ -701,7 +728,7 @@ int batch_resubmit_main(int argc, char **argv) {
     }
     memcpy(sha, r->str, 41);
     rc_.sha = sha;
-    rc_.reset = calloc(rc_.jobs.count, 1);
+    rc_.reset = calloc(rc_.jobs.count, sizeof(*rc_.reset));
     if (!rc_.reset) goto done;
     if (batch_util_pipeline(c, rc_.jobs.count, 1, reset_build, reset_reply, &rc_, err, sizeof(err))) {
         fprintf(stderr, "retort resubmit: %s\n", err);

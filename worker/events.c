@@ -27,11 +27,13 @@ static const char *kind(event_type type) {
     return "unknown";
 }
 
-void events_headers_init(events_headers *h, event_type type, const char *subject, int attempt,
+void events_headers_init(events_headers *h, event_type type, const char *subject, int run, int attempt,
                          const char *source, int64_t wall_ms) {
-    char att[24];
+    char att[24], rn[24];
     util_ltoa(attempt, att);
-    util_concat(h->id, sizeof(h->id), subject, ":", att, ":", kind(type), (char *)NULL);
+    util_ltoa(run, rn);
+    util_concat(h->id, sizeof(h->id), subject, ":", att, ":", kind(type), run > 1 ? ":r" : "",
+                run > 1 ? rn : "", (char *)NULL);
     util_concat(h->subject, sizeof(h->subject), subject, (char *)NULL);
     util_rfc3339(wall_ms, h->time, sizeof(h->time));
     h->type = events_ce_type(type);

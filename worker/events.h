@@ -20,7 +20,8 @@ typedef enum event_type {
 const char *events_ce_type(event_type type);   /* "retort.job.final", ... */
 
 /* CloudEvents headers.  The id is stable: <subject>:<attempt>:<kind>, so a
- * republished outcome carries the same id. */
+ * republished outcome carries the same id; a later run of the job (run > 1,
+ * after `retort resubmit`) appends :r<run>, so its events are new ones. */
 typedef struct events_headers {
     char id[320];
     char time[40];
@@ -29,7 +30,7 @@ typedef struct events_headers {
     const char *source;   /* borrowed */
 } events_headers;
 
-void events_headers_init(events_headers *h, event_type type, const char *subject, int attempt,
+void events_headers_init(events_headers *h, event_type type, const char *subject, int run, int attempt,
                          const char *source, int64_t wall_ms);
 
 /* Sums usage over history records into a usage object. */

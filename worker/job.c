@@ -56,6 +56,8 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     out->params = cJSON_GetObjectItemCaseSensitive(doc, "params");
     out->metadata = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
     out->reflection = cJSON_GetObjectItemCaseSensitive(doc, "reflection");
+    const cJSON *rn = cJSON_GetObjectItemCaseSensitive(doc, "run");
+    out->run = cJSON_IsNumber(rn) ? (int)rn->valuedouble : 1;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "attempt");
     out->attempt = cJSON_IsNumber(a) ? (int)a->valuedouble : 1;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(doc, "max_attempts");

@@ -19,6 +19,7 @@ typedef struct job {
     const cJSON *params;     /* into doc, or NULL */
     const cJSON *metadata;   /* into doc, or NULL */
     const cJSON *reflection; /* into doc, or NULL */
+    int run;                 /* 1 when absent; `retort resubmit` counts up */
     int attempt;             /* 1 when absent */
     int max_attempts;        /* resolved: job's own (capped) or the default */
     int max_attempts_set;    /* the job named its own max_attempts */

@@ -22,12 +22,21 @@
 
 /* BEGIN: decides what a received job message means. */
 static const char script_begin[] = SCRIPT_HEAD
-    "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens')\n"
+    "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens',\n"
+    "                     'run')\n"
     "local cur = tonumber(f[1]) or 0\n"
     "local status = f[2] or ''\n"
     "local pub = tonumber(f[3]) or 0\n"
     "local tok = (tonumber(f[4]) or 0) + (tonumber(f[5]) or 0)\n"
     "local att = tonumber(ARGV[1])\n"
+    "-- runs: `retort resubmit` leaves only 'run' (the next one) behind\n"
+    "local hrun, mrun = tonumber(f[6]) or 1, tonumber(ARGV[7]) or 1\n"
+    "if mrun < hrun then return head('stale', status, cur, pub, tok) end\n"
+    "if mrun > hrun then\n"
+    "  -- a later run than the state knows: its reset was lost; start afresh\n"
+    "  redis.call('DEL', KEYS[1], KEYS[2])\n"
+    "  cur, status, pub, tok = 0, '', 0, 0\n"
+    "end\n"
     "if status == 'final' or status == 'escalated' then\n"
     "  local r = {head('done', status, cur, pub, tok)}\n"
     "  if pub < cur then\n"
@@ -48,6 +57,7 @@ static const char script_begin[] = SCRIPT_HEAD
     "           'max_attempts', ARGV[2], 'updated', ARGV[3])\n"
     "redis.call('HSETNX', KEYS[1], 'created', ARGV[3])\n"
     "if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'batch_id', ARGV[6]) end\n"
+    "if mrun > 1 then redis.call('HSET', KEYS[1], 'run', mrun) end\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
     "return head('go', 'running', att, pub, tok)\n";
 
@@ -693,14 +703,15 @@ static int op_submit(state *st, state_op *op, int failed) {
     return 0;
 }
 
-int state_begin(state *st, const char *job_id, int attempt, int max_attempts, const char *owner,
+int state_begin(state *st, const char *job_id, int run, int attempt, int max_attempts, const char *owner,
                 const char *batch_id, state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_BEGIN, job_id, cb, ud);
     if (!op) return -1;
     int failed = op_addl(op, attempt) || op_addl(op, max_attempts) ||
                  op_addl(op, util_wall_ms()) || op_add(op, owner, strlen(owner)) ||
                  op_addl(op, st->ttl_s) ||
-                 op_add(op, batch_id ? batch_id : "", batch_id ? strlen(batch_id) : 0);
+                 op_add(op, batch_id ? batch_id : "", batch_id ? strlen(batch_id) : 0) ||
+                 op_addl(op, run);
     return op_submit(st, op, failed);
 }
 

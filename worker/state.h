@@ -67,8 +67,10 @@ void state_free(state *st);
 int state_connected(const state *st);
 size_t state_pending(const state *st);
 
-/* Every string argument is borrowed and copied.  0 = queued. */
-int state_begin(state *st, const char *job_id, int attempt, int max_attempts, const char *owner,
+/* Every string argument is borrowed and copied.  0 = queued.  run: the
+ * job's run (1, or what `retort resubmit` set): a message of an earlier
+ * run than the state's is STATE_STALE. */
+int state_begin(state *st, const char *job_id, int run, int attempt, int max_attempts, const char *owner,
                 const char *batch_id, state_cb cb, void *ud);
 /* status: "retrying", "final" or "escalated".  record: JSON text of the
  * attempt's record, record_len bytes.  Unless status is "retrying", the reply's history

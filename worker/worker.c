@@ -334,7 +334,7 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
     j->ev_attempt = attempt;
     j->ev_value = ev_text ? ev_text : jsonout_print(ev_doc);
     cJSON_Delete(ev_doc);
-    events_headers_init(&j->hdr, type, j->job.job_id, attempt, j->w->source, util_wall_ms());
+    events_headers_init(&j->hdr, type, j->job.job_id, j->job.run, attempt, j->w->source, util_wall_ms());
 }
 
 static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
@@ -955,7 +955,7 @@ static void job_begin(wjob *j) {
     char seq[24];
     util_ltoa((long long)++w->seq, seq);
     util_concat(j->owner, sizeof(j->owner), w->id, ":", seq, (char *)NULL);
-    if (state_begin(w->st, j->job.job_id, j->job.attempt, j->job.max_attempts, j->owner,
+    if (state_begin(w->st, j->job.job_id, j->job.run, j->job.attempt, j->job.max_attempts, j->owner,
                     j->job.batch_id, on_begin, j))
         uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
 }
@@ -1027,7 +1027,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         cJSON_Delete(ev);
         j->ev_topic = w->t_dlq;
         j->ev_type = EVENT_DEAD_LETTER;
-        events_headers_init(&j->hdr, EVENT_DEAD_LETTER, subject, 0, w->source, util_wall_ms());
+        events_headers_init(&j->hdr, EVENT_DEAD_LETTER, subject, 1, 0, w->source, util_wall_ms());
         if (id[0]) snprintf(j->hdr.subject, sizeof(j->hdr.subject), "%s", id);
         produce_outcome(j);
         return 0;

@@ -523,7 +523,7 @@ def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     resent = [m["value"] for m in stack.consume("retort.jobs")
               if m["value"] and m["value"].get("max_attempts") == 1]
     assert sorted(v["job_id"] for v in resent) == sorted(escalated)
-    assert all("attempt" not in v and v["batch_id"] == batch for v in resent)
+    assert all("attempt" not in v and v["batch_id"] == batch and v["run"] == 2 for v in resent)
     # they escalate again, now after one attempt; the batch accounts for them
     after = latest_outcomes(stack, ids)
     for j in escalated:
@@ -558,3 +558,28 @@ def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     assert {k: v for k, v in calls.items() if k.rsplit(":", 1)[0] not in escalated} == finals_calls
     after2 = latest_outcomes(stack, ids)
     assert all(after2[j]["attempts"] == (3 if ks[ids.index(j)] == "never" else 1) for j in escalated)
+
+    # every run's escalation is an event of its own (CloudEvents: source +
+    # id unique), the first run's id as before
+    esc = [m for m in stack.consume("retort.escalations") if m["value"]["job_id"] in escalated]
+    assert len(esc) == 3 * len(escalated)
+    ce_ids = [m["headers"]["ce_id"] for m in esc]
+    assert len(set(ce_ids)) == len(ce_ids), ce_ids
+    for j in escalated:
+        mine = sorted(i for i in ce_ids if i.startswith(j + ":"))
+        last = 3 if ks[ids.index(j)] == "never" else 1
+        assert mine == sorted(["%s:%d:escalated" % (j, last), "%s:1:escalated:r2" % j,
+                               "%s:%d:escalated:r3" % (j, last)]), mine
+
+    # a late message of an earlier run is stale: no LLM call, no event
+    j = escalated[0]
+    calls_before = stack.llm_stats()["calls"]
+    old = [m["value"] for m in stack.consume("retort.jobs") if m["value"] and m["value"]["job_id"] == j
+           and "run" not in m["value"] and "attempt" not in m["value"]][0]
+    stack.produce_jobs([old])
+    deadline = time.time() + 30
+    while not any("stale message" in l and j in l for l in stack.worker_log("w0").splitlines()):
+        assert time.time() < deadline, "the earlier run's message was not taken for stale"
+        time.sleep(0.2)
+    assert stack.llm_stats()["calls"] == calls_before
+    assert len([m for m in stack.consume("retort.escalations") if m["value"]["job_id"] == j]) == 3

@@ -142,8 +142,34 @@ static void test_final_last_as_parts(void **s) {
     cJSON_Delete(j.doc);
 }
 
+/* ce_id: stable per job, attempt and kind; a later run's are its own. */
+static void test_header_ids(void **s) {
+    (void)s;
+    static const struct {
+        event_type type;
+        int run, attempt;
+        const char *id;
+    } cases[] = {
+        {EVENT_FINAL, 1, 1, "job-7:1:final"},
+        {EVENT_RETRY, 1, 2, "job-7:2:retry"},
+        {EVENT_ESCALATED, 1, 3, "job-7:3:escalated"},
+        {EVENT_ESCALATED, 2, 3, "job-7:3:escalated:r2"},
+        {EVENT_FINAL, 12, 1, "job-7:1:final:r12"},
+        {EVENT_DEAD_LETTER, 1, 0, "job-7:0:dead_letter"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        events_headers h;
+        events_headers_init(&h, cases[i].type, "job-7", cases[i].run, cases[i].attempt, "src", 0);
+        assert_string_equal(h.id, cases[i].id);
+        assert_string_equal(h.subject, "job-7");
+        assert_string_equal(h.type, events_ce_type(cases[i].type));
+        assert_string_equal(h.time, "1970-01-01T00:00:00.000Z");
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_header_ids),
         cmocka_unit_test(test_final_from_history),
         cmocka_unit_test(test_final_last_as_parts),
     };
