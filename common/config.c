@@ -74,6 +74,8 @@ static const cfg_def cfg_defs[] = {
     I("worker.processes", "1", 1, 256, "worker processes forked by the supervisor"),
     I("worker.drain_timeout_ms", "30000", 0, 3600000, "on SIGTERM, how long in-flight jobs may take"),
     I("worker.close_timeout_ms", "30000", 1000, 3600000, "after the drain, how long closing the Kafka clients (final commit, group leave, producer flush) may take before the process exits anyway"),
+    I("worker.lease_ms", "5000", 1000, 600000, "this process's lease in Redis, renewed three times a lease: while it holds, other workers wait for the attempts it runs instead of calling the LLM for them again; a dead worker's attempts are taken over once it lapses"),
+    I("worker.takeover_after_ms", "600000", 0, 86400000, "how long a message waits for an attempt of its job that a live worker holds before taking it over anyway"),
     I("worker.max_jobs", "0", 0, 200000, "jobs held per worker process: LLM calls and the Redis, validation and producing around them (0: llm.max_inflight plus a quarter; never fewer than llm.max_inflight)"),
     I("metrics.port", "0", 0, 65535, "port of /metrics, /healthz and /readyz (0: off); worker N of --processes uses port + N"),
     S("metrics.host", "0.0.0.0", "address the metrics server listens on"),

@@ -13,17 +13,26 @@
 #include "util.h"
 
 /* Every script answers with one line, "verdict status attempt published
- * tokens" (status may be empty), alone or, when records come back, as the
- * first element of an array with them: a bare string is two allocations
- * in hiredis's reader where an array of five was nine, for each of the
- * two or three commands a job costs. */
+ * tokens [owner]" (status may be empty; the owner, which may hold spaces,
+ * runs to the end), alone or, when records come back, as the first element
+ * of an array with them: a bare string is two allocations in hiredis's
+ * reader where an array of five was nine, for each of the two or three
+ * commands a job costs. */
 #define SCRIPT_HEAD \
-    "local function head(v, s, a, p, t) return string.format('%s %s %d %d %d', v, s, a, p, t) end\n"
+    "local function head(v, s, a, p, t, o)\n" \
+    "  local h = string.format('%s %s %d %d %d', v, s, a, p, t)\n" \
+    "  if o then h = h .. ' ' .. o end\n" \
+    "  return h\n" \
+    "end\n"
 
-/* BEGIN: decides what a received job message means. */
+/* BEGIN: decides what a received job message means.  The owner of the
+ * attempt comes back with 'done' and 'retried' (its outcome may still be
+ * on its way) and with 'busy': the attempt is running on another worker,
+ * unless ARGV[8] names that owner (gone: the caller takes the attempt
+ * over). */
 static const char script_begin[] = SCRIPT_HEAD
     "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens',\n"
-    "                     'run')\n"
+    "                     'run', 'owner')\n"
     "local cur = tonumber(f[1]) or 0\n"
     "local status = f[2] or ''\n"
     "local pub = tonumber(f[3]) or 0\n"
@@ -35,10 +44,10 @@ static const char script_begin[] = SCRIPT_HEAD
     "if mrun > hrun then\n"
     "  -- a later run than the state knows: its reset was lost; start afresh\n"
     "  redis.call('DEL', KEYS[1], KEYS[2])\n"
-    "  cur, status, pub, tok = 0, '', 0, 0\n"
+    "  cur, status, pub, tok, f[7] = 0, '', 0, 0, nil\n"
     "end\n"
     "if status == 'final' or status == 'escalated' then\n"
-    "  local r = {head('done', status, cur, pub, tok)}\n"
+    "  local r = {head('done', status, cur, pub, tok, f[7])}\n"
     "  if pub < cur then\n"
     "    for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do r[#r + 1] = v end\n"
     "  end\n"
@@ -46,12 +55,15 @@ static const char script_begin[] = SCRIPT_HEAD
     "end\n"
     "if cur > att then return head('stale', status, cur, pub, tok) end\n"
     "if cur == att and status == 'retrying' then\n"
-    "  local r = {head('retried', status, cur, pub, tok)}\n"
+    "  local r = {head('retried', status, cur, pub, tok, f[7])}\n"
     "  if pub < cur then\n"
     "    local last = redis.call('LINDEX', KEYS[2], -1)\n"
     "    if last then r[#r + 1] = last end\n"
     "  end\n"
     "  return r\n"
+    "end\n"
+    "if cur == att and status == 'running' and f[7] and f[7] ~= '' and f[7] ~= ARGV[8] then\n"
+    "  return head('busy', status, cur, pub, tok, f[7])\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'attempt', att, 'status', 'running', 'owner', ARGV[4],\n"
     "           'max_attempts', ARGV[2], 'updated', ARGV[3])\n"
@@ -138,8 +150,18 @@ static const char script_published[] = SCRIPT_HEAD
     "end\n"
     "return head('ok', '', #KEYS, 0, 0)\n";
 
-enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_COUNT };
-static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate};
+/* LEASE: a worker process's liveness, KEYS[1]: ARGV[1] > 0 holds it for
+ * that many ms, 0 reads it, < 0 lets it go.  Answers 1 (held) or 0 in the
+ * attempt field. */
+static const char script_lease[] = SCRIPT_HEAD
+    "local ms = tonumber(ARGV[1])\n"
+    "if ms > 0 then redis.call('SET', KEYS[1], '1', 'PX', ms) return head('ok', '', 1, 0, 0) end\n"
+    "if ms < 0 then redis.call('DEL', KEYS[1]) return head('ok', '', 0, 0, 0) end\n"
+    "return head('ok', '', redis.call('EXISTS', KEYS[1]), 0, 0)\n";
+
+enum { SCRIPT_BEGIN, SCRIPT_FINISH, SCRIPT_PUBLISHED, SCRIPT_RATE, SCRIPT_LEASE, SCRIPT_COUNT };
+static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, script_published, script_rate,
+                                                  script_lease};
 
 #define OP_MAX_ARGS 16
 /* Marks per PUBLISHED command (keys + attempts: 2 arguments each). */
@@ -241,6 +263,7 @@ static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t b
                    : VERDICT_IS("done")       ? STATE_DONE
                    : VERDICT_IS("stale")      ? STATE_STALE
                    : VERDICT_IS("retried")    ? STATE_RETRIED
+                   : VERDICT_IS("busy")       ? STATE_BUSY
                    : VERDICT_IS("superseded") ? STATE_SUPERSEDED
                    : VERDICT_IS("ok")         ? STATE_OK
                                               : STATE_ERROR;
@@ -261,7 +284,10 @@ static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t b
         if (next == p + 1) return -1;
         p = next;
     }
-    if (p != end) return -1;
+    if (p != end) {
+        if (*p != ' ') return -1;
+        rep->owner = p + 1;
+    }
     rep->attempt = (int)n[0];
     rep->published = (int)n[1];
     rep->tokens_used = (long)n[2];
@@ -704,14 +730,14 @@ static int op_submit(state *st, state_op *op, int failed) {
 }
 
 int state_begin(state *st, const char *job_id, int run, int attempt, int max_attempts, const char *owner,
-                const char *batch_id, state_cb cb, void *ud) {
+                const char *batch_id, const char *takeover, state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_BEGIN, job_id, cb, ud);
     if (!op) return -1;
     int failed = op_addl(op, attempt) || op_addl(op, max_attempts) ||
                  op_addl(op, util_wall_ms()) || op_add(op, owner, strlen(owner)) ||
                  op_addl(op, st->ttl_s) ||
                  op_add(op, batch_id ? batch_id : "", batch_id ? strlen(batch_id) : 0) ||
-                 op_addl(op, run);
+                 op_addl(op, run) || op_add(op, takeover ? takeover : "", takeover ? strlen(takeover) : 0);
     return op_submit(st, op, failed);
 }
 
@@ -782,18 +808,30 @@ int state_published(state *st, const char *job_id, int attempt) {
     return 0;
 }
 
-int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
-               state_cb cb, void *ud) {
-    state_op *op = op_alloc(st, SCRIPT_RATE);
-    if (!op) return -1;
+/* An op of a script whose one key is PREFIX:kind:{id}. */
+static state_op *op_new_one_key(state *st, int script, const char *kind, const char *id, state_cb cb, void *ud) {
+    state_op *op = op_alloc(st, script);
+    if (!op) return NULL;
     op->cb = cb;
     op->ud = ud;
-    if (op_add_key(op, "rate", endpoint, "")) {
+    if (op_add_key(op, kind, id, "")) {
         op_free(op);
-        return -1;
+        return NULL;
     }
     op->nkeys = 1;
     op->argc = 0;
+    return op;
+}
+
+int state_lease(state *st, const char *holder, long ttl_ms, state_cb cb, void *ud) {
+    state_op *op = op_new_one_key(st, SCRIPT_LEASE, "worker", holder, cb, ud);
+    return op ? op_submit(st, op, op_addl(op, ttl_ms)) : -1;
+}
+
+int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
+               state_cb cb, void *ud) {
+    state_op *op = op_new_one_key(st, SCRIPT_RATE, "rate", endpoint, cb, ud);
+    if (!op) return -1;
     int failed = op_addl(op, util_wall_ms()) || op_addl(op, rpm) ||
                  op_addl(op, tpm) || op_addl(op, cost) || op_addl(op, adjust_only ? -1 : 1);
     return op_submit(st, op, failed);

@@ -40,6 +40,7 @@ typedef enum state_verdict {
     STATE_DONE,        /* begin: the job is final or escalated already */
     STATE_STALE,       /* begin: a later attempt exists */
     STATE_RETRIED,     /* begin: this attempt already produced its retry */
+    STATE_BUSY,        /* begin: the attempt is running on another worker (owner) */
     STATE_SUPERSEDED,  /* finish: another worker took the attempt over */
     STATE_OK,          /* finish / published: written */
     STATE_ERROR        /* the script failed (bug or Redis refused): see error */
@@ -52,6 +53,8 @@ typedef struct state_reply {
     int published;          /* highest attempt whose outcome event was delivered */
     long tokens_used;       /* begin: tokens recorded over earlier attempts */
     const cJSON *history;   /* array of attempt records, when the verdict needs it, else NULL */
+    const char *owner;      /* begin: the attempt's owner (STATE_BUSY, STATE_DONE,
+                             * STATE_RETRIED), or NULL */
     const char *error;      /* STATE_ERROR: why */
 } state_reply;
 
@@ -69,9 +72,11 @@ size_t state_pending(const state *st);
 
 /* Every string argument is borrowed and copied.  0 = queued.  run: the
  * job's run (1, or what `retort resubmit` set): a message of an earlier
- * run than the state's is STATE_STALE. */
+ * run than the state's is STATE_STALE.  An attempt running under another
+ * owner is STATE_BUSY, unless takeover (NULL: none) names that owner: the
+ * caller found it gone and takes the attempt over. */
 int state_begin(state *st, const char *job_id, int run, int attempt, int max_attempts, const char *owner,
-                const char *batch_id, state_cb cb, void *ud);
+                const char *batch_id, const char *takeover, state_cb cb, void *ud);
 /* status: "retrying", "final" or "escalated".  record: JSON text of the
  * attempt's record, record_len bytes.  Unless status is "retrying", the reply's history
  * holds the records of the attempts before this one (NULL for attempt 1):
@@ -80,6 +85,10 @@ int state_begin(state *st, const char *job_id, int run, int attempt, int max_att
 int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
                  const char *status, const char *record, size_t record_len, long prompt_tokens,
                  long completion_tokens, state_cb cb, void *ud);
+/* A worker process's lease (key PREFIX:worker:{holder}): ttl_ms > 0 holds
+ * it for that long, 0 reads it (reply->attempt: 1 held, 0 not), < 0 lets
+ * it go.  cb may be NULL. */
+int state_lease(state *st, const char *holder, long ttl_ms, state_cb cb, void *ud);
 /* Shared rate limit of an endpoint (e.g. "base_url|model"): takes one
  * request and cost tokens from the buckets (rpm/tpm per minute, 0: no
  * limit), or says how long to wait: reply->attempt holds the wait in ms

@@ -51,6 +51,7 @@ typedef struct out_schema {
 typedef enum wjob_stage {
     STAGE_PARSED = 0,
     STAGE_BEGIN,
+    STAGE_WAIT,              /* the attempt runs on another live worker */
     STAGE_LLM,
     STAGE_BACKOFF,
     STAGE_FINISH,
@@ -75,6 +76,10 @@ typedef struct wjob {
     char schema_error[256];
     const char *model;
     char owner[192];
+    char other[192];         /* the attempt's owner elsewhere (STAGE_WAIT) */
+    char takeover[192];      /* that owner, found gone: begin takes over */
+    uint64_t wait_start_ms;  /* loop time the wait began; 0: none */
+    unsigned wait_ms;        /* the next look, doubling */
     llm_call *call;
     char *body;              /* request waiting at the gate */
     size_t body_len;
@@ -148,6 +153,10 @@ struct worker {
     size_t nschemas;
     schema_options sopts;
     char id[128];
+    char incarnation[160];   /* id:nonce, this process's lease in Redis */
+    long lease_ms;
+    uint64_t takeover_after_ms;
+    uv_timer_t lease_timer;
     const char *source;
     const char *t_jobs, *t_final, *t_esc, *t_dlq;
     llm_provider provider;
@@ -867,7 +876,97 @@ static void rate_noop(void *ud, const state_reply *r) {}
 
 /* ---- Redis: begin ------------------------------------------------------- */
 
-static void begin_retry_timer(uv_timer_t *t) { job_begin(t->data); }
+/* Lets a message go unhandled (at shutdown, one waiting for another
+ * worker's attempt): its offset stays pending, so it is never committed
+ * and comes again to whoever has the partition next.  Its parked
+ * duplicates go with it. */
+static void job_abandon(wjob *j) {
+    worker *w = j->w;
+    map_del(w, j);
+    for (wjob *d = j, *next; d; d = next) {
+        next = d == j ? j->dups : d->dup_next;
+        d->stage = STAGE_DONE;
+        if (d->prev) d->prev->next = d->next;
+        else w->jobs = d->next;
+        if (d->next) d->next->prev = d->prev;
+        w->inflight--;
+        uv_timer_stop(&d->timer);
+        uv_close((uv_handle_t *)&d->timer, wjob_close_cb);
+    }
+    check_drained(w);
+}
+
+static void begin_retry_timer(uv_timer_t *t) {
+    wjob *j = t->data;
+    if (j->stage == STAGE_WAIT && j->w->stopping) {
+        job_abandon(j);
+        return;
+    }
+    job_begin(j);
+}
+
+/* The incarnation part of an owner ("id:nonce:seq"): its length. */
+static size_t owner_holder_len(const char *owner) {
+    const char *colon = strrchr(owner, ':');
+    return colon ? (size_t)(colon - owner) : strlen(owner);
+}
+
+static void on_owner_lease(void *ud, const state_reply *r) {
+    wjob *j = ud;
+    worker *w = j->w;
+    if (r->verdict == STATE_ERROR) {
+        log_error(j->job.job_id, j->job.attempt, "reading a worker's lease: %s; retrying", r->error);
+        uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
+        return;
+    }
+    if (w->stopping) {
+        job_abandon(j);
+        return;
+    }
+    uint64_t now = uv_now(w->loop);
+    if (!j->wait_start_ms) j->wait_start_ms = now ? now : 1;
+    uint64_t waited = now - j->wait_start_ms;
+    if (r->attempt == 1 && waited < w->takeover_after_ms) {
+        /* Its owner lives (a rebalance moved the partition while the call
+         * runs there, or another group reads the topic): calling the LLM
+         * too would pay for the attempt twice.  Look again later; the
+         * owner's outcome then ends this message. */
+        if (!j->wait_ms)
+            log_info(j->job.job_id, j->job.attempt, "%s holds this attempt; waiting for its outcome", j->other);
+        j->wait_ms = j->wait_ms ? (j->wait_ms >= 4000 ? 8000 : j->wait_ms * 2) : 250;
+        uv_timer_start(&j->timer, begin_retry_timer, j->wait_ms, 0);
+        return;
+    }
+    if (r->attempt == 1)
+        log_warn(j->job.job_id, j->job.attempt, "waited %llu ms for %s; taking the attempt over",
+                 (unsigned long long)waited, j->other);
+    else
+        log_info(j->job.job_id, j->job.attempt, "%s is gone; taking its attempt over", j->other);
+    memcpy(j->takeover, j->other, sizeof(j->takeover));
+    job_begin(j);
+}
+
+/* The attempt (or its outcome's delivery) belongs to owner: 1 when that is
+ * another process whose liveness must be read first (on_owner_lease then
+ * goes on), 0 when this message may act now (the owner was found gone
+ * already, or it is this process, which no longer holds the attempt). */
+static int owner_elsewhere(wjob *j, const char *owner) {
+    worker *w = j->w;
+    if (!owner || !owner[0] || !strcmp(owner, j->takeover)) return 0;
+    size_t hl = owner_holder_len(owner);
+    if (hl == strlen(w->incarnation) && !memcmp(owner, w->incarnation, hl)) {
+        util_concat(j->takeover, sizeof(j->takeover), owner, (char *)NULL);
+        return 0;
+    }
+    char holder[160];
+    if (hl >= sizeof(holder)) hl = sizeof(holder) - 1;
+    memcpy(holder, owner, hl);
+    holder[hl] = '\0';
+    util_concat(j->other, sizeof(j->other), owner, (char *)NULL);
+    j->stage = STAGE_WAIT;
+    if (state_lease(w->st, holder, 0, on_owner_lease, j)) uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
+    return 1;
+}
 
 static void on_begin(void *ud, const state_reply *r) {
     wjob *j = ud;
@@ -893,10 +992,15 @@ static void on_begin(void *ud, const state_reply *r) {
         }
         call_llm(j);
         return;
+    case STATE_BUSY:
+        if (!owner_elsewhere(j, r->owner)) job_begin(j); /* takes over */
+        return;
     case STATE_DONE:
         if (r->history && r->published < r->attempt && cJSON_GetArraySize(r->history) > 0) {
-            /* Decided earlier but its event may never have left: produce it
-             * again with the same event id. */
+            /* Decided earlier but its event may not have left: unless its
+             * owner lives and will deliver it, produce it again with the
+             * same event id. */
+            if (owner_elsewhere(j, r->owner)) return;
             log_info(j->job.job_id, j->job.attempt, "job already %s; republishing its outcome", r->status);
             build_from_history(j, r->status, r->history);
             produce_outcome(j);
@@ -908,6 +1012,7 @@ static void on_begin(void *ud, const state_reply *r) {
         job_done(j);
         return;
     case STATE_RETRIED:
+        if (r->published < r->attempt && owner_elsewhere(j, r->owner)) return;
         if (r->history && r->published < r->attempt && cJSON_GetArraySize(r->history) > 0) {
             const cJSON *rec = cJSON_GetArrayItem(r->history, 0);
             const cJSON *reason = cJSON_GetObjectItemCaseSensitive(rec, "reason");
@@ -954,9 +1059,9 @@ static void job_begin(wjob *j) {
     j->stage = STAGE_BEGIN;
     char seq[24];
     util_ltoa((long long)++w->seq, seq);
-    util_concat(j->owner, sizeof(j->owner), w->id, ":", seq, (char *)NULL);
+    util_concat(j->owner, sizeof(j->owner), w->incarnation, ":", seq, (char *)NULL);
     if (state_begin(w->st, j->job.job_id, j->job.run, j->job.attempt, j->job.max_attempts, j->owner,
-                    j->job.batch_id, on_begin, j))
+                    j->job.batch_id, j->takeover[0] ? j->takeover : NULL, on_begin, j))
         uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
 }
 
@@ -1071,6 +1176,15 @@ static void on_redis_conn(void *ud, int connected) {
 
 /* ---- start and stop ----------------------------------------------------- */
 
+/* This process's lease: while it holds, other workers wait for the
+ * attempts it owns instead of paying for them again.  Renewed three times
+ * a lease; a dead process's lapses within worker.lease_ms. */
+static void lease_renew(uv_timer_t *t) {
+    worker *w = t->data;
+    if (state_lease(w->st, w->incarnation, w->lease_ms, NULL, NULL))
+        log_warn(NULL, 0, "out of memory renewing the worker's lease");
+}
+
 /* Closing the Kafka clients blocks in librdkafka (the final commit, the
  * group leave, the producer flush), with no way to interrupt it; a broker
  * that never answers, or a librdkafka hang, must not keep a stopped worker
@@ -1149,6 +1263,17 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     log_info(NULL, 0, "signal %d: draining %zu in-flight jobs", signum, w->inflight);
     w->stopping = 1;
+    /* Messages waiting for another worker's attempt hold nothing: they go
+     * now (uncommitted).  One reading a lease goes when the reply comes. */
+    size_t nwait = 0;
+    for (wjob *j = w->jobs; j; j = j->next) nwait += j->stage == STAGE_WAIT;
+    wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
+    nwait = 0;
+    for (wjob *j = w->jobs; j && waiting; j = j->next)
+        if (j->stage == STAGE_WAIT && uv_is_active((uv_handle_t *)&j->timer)) waiting[nwait++] = j;
+    /* (a waiting job is never another's parked duplicate) */
+    for (size_t i = 0; i < nwait; i++) job_abandon(waiting[i]);
+    free(waiting);
     kafka_io_stop_consuming(w->kio);
     /* Parked duplicates are not started anymore: they hold no LLM call. */
     uv_timer_start(&w->drain_timer, drain_timeout,
@@ -1333,6 +1458,16 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->loop = uv_default_loop();
     metrics_init(&w->m);
     snprintf(w->id, sizeof(w->id), "%s", worker_id);
+    /* The owner of this process's attempts: a restarted worker with the
+     * same id is another incarnation, whose lease says nothing of the
+     * attempts the dead one left. */
+    uint32_t nonce = 0;
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if (!ur || fread(&nonce, sizeof(nonce), 1, ur) != 1) nonce = (uint32_t)rand() ^ (uint32_t)util_mono_us();
+    if (ur) fclose(ur);
+    snprintf(w->incarnation, sizeof(w->incarnation), "%.120s:%08x", worker_id, nonce);
+    w->lease_ms = (long)config_get_int(cfg, "worker.lease_ms");
+    w->takeover_after_ms = (uint64_t)config_get_int(cfg, "worker.takeover_after_ms");
     w->source = config_get(cfg, "events.source");
     w->t_jobs = config_get(cfg, "topics.jobs");
     w->t_final = config_get(cfg, "topics.final");
@@ -1406,6 +1541,11 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
         log_error(NULL, 0, "%s", err);
         goto out;
     }
+    /* The lease before any claim: the commands go out in order. */
+    uv_timer_init(w->loop, &w->lease_timer);
+    w->lease_timer.data = w;
+    lease_renew(&w->lease_timer);
+    uv_timer_start(&w->lease_timer, lease_renew, (uint64_t)w->lease_ms / 3, (uint64_t)w->lease_ms / 3);
     kafka_io_callbacks cbs = {on_message, on_delivery, on_revoke, w};
     w->kio = kafka_io_new(w->loop, cfg, &cbs, err, sizeof(err));
     if (!w->kio) {

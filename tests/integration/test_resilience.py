@@ -4,6 +4,7 @@ webhook and `retort status`."""
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -131,6 +132,67 @@ def test_decided_retry_with_its_record_lost_is_asked_again(stack):
     assert "its record is missing; republishing it without a reflection" in stack.worker_log(w.name)
     # one record in the audit trail: attempt 1's is gone
     assert final["value"]["attempts"] == 1
+
+
+def test_an_attempt_running_elsewhere_is_paid_for_once(stack):
+    """Two consumer groups read the jobs topic, so every message reaches two
+    workers, as a rebalance hands an in-flight job's message to a second
+    member.  The worker that finds the attempt running under the other's
+    live lease waits for its outcome instead of calling the LLM: one call
+    per attempt, one outcome event per job."""
+    a = stack.start_worker(name="a")
+    b = stack.start_worker("--set", "kafka.group.id=retort-other", name="b")
+    prefix = uid("twice")
+    jobs = [job("%s-%03d" % (prefix, i), directive="latency_ms=1500" + (" defect=wrong_type until=1" if i % 4 == 0
+                                                                          else ""))
+            for i in range(40)]
+    ids = [j["job_id"] for j in jobs]
+    stack.produce_jobs(jobs)
+    check_exactly_once(stack, ids)
+    time.sleep(3)  # the loser's last look at Redis, after the outcome's delivery mark
+    calls = stack.llm_stats()["calls"]
+    for i, jid in enumerate(ids):
+        assert calls.get(jid + ":1") == 1, (jid, calls.get(jid + ":1"))
+        assert calls.get(jid + ":2") == (1 if i % 4 == 0 else None), (jid, calls.get(jid + ":2"))
+    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] in ids]
+    assert len(finals) == len(ids), len(finals)
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"].startswith(prefix)]
+    assert len(retries) == 10, len(retries)
+    logs = stack.worker_log("a") + stack.worker_log("b")
+    assert "holds this attempt; waiting for its outcome" in logs
+    assert "taking" not in logs
+    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
+
+
+def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
+    """An attempt left 'running' by a worker that died: taken over at once
+    when its lease is gone, after it lapses when it still holds."""
+    w = stack.start_worker()
+    r = stack.redis_client()
+    gone, lapsing = uid("gone"), uid("lapsing")
+    for jid, holder in ((gone, "ghost:0000dead"), (lapsing, "ghost:0000beef")):
+        r.hset("retort:job:{%s}" % jid, mapping={"attempt": 1, "status": "running", "owner": holder + ":7",
+                                                  "max_attempts": 3})
+    r.set("retort:worker:{ghost:0000beef}", "1", px=4000)
+    t0 = time.time()
+    stack.produce_jobs([job(gone), job(lapsing)])
+    outs = {m["value"]["job_id"]: m for m in check_exactly_once(stack, [gone, lapsing])}
+    assert outs[gone]["headers"]["ce_type"] == outs[lapsing]["headers"]["ce_type"] == "retort.job.final"
+    calls = stack.llm_stats()["calls"]
+    assert calls.get(gone + ":1") == 1 and calls.get(lapsing + ":1") == 1
+    log = stack.worker_log(w.name)
+    lines = [json.loads(l) for l in log.splitlines() if l.startswith("{")]
+    said = lambda jid, text: [l for l in lines if l.get("job_id") == jid and text in l["msg"]]
+    assert said(gone, "ghost:0000dead:7 is gone; taking its attempt over")
+    assert not said(gone, "waiting")
+    assert said(lapsing, "ghost:0000beef:7 holds this attempt; waiting for its outcome")
+    assert said(lapsing, "ghost:0000beef:7 is gone; taking its attempt over")
+    # the lease held for 4 s from before the message was produced
+    assert time.time() - t0 > 3.5
+    # the new owner: this worker's incarnation (id:nonce), then its claim number
+    assert re.fullmatch(re.escape(w.name) + r":[0-9a-f]{8}:[0-9]+", r.hget("retort:job:{%s}" % lapsing, "owner"))
+    assert stack.stop_worker(w) == 0
 
 
 @pytest.mark.slow

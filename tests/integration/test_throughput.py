@@ -84,9 +84,11 @@ def test_members_join_and_leave_mid_batch(stack):
     assert done == len(ids) and workers == {"a", "b", "c"}, (done, workers)
     calls = stack.llm_stats()["calls"]
     # Jobs a held when it left are finished before it exits (drain); a
-    # rebalance may still hand an in-flight job's message to another
-    # member, whose call is then the only one paid twice.
-    assert sum(c - 1 for k, c in calls.items() if k.startswith(prefix) and c > 1) <= 64
+    # rebalance that hands an in-flight job's message to another member
+    # makes that member wait for the attempt (the holder's lease is live),
+    # so no call is paid twice.
+    twice = {k: c for k, c in calls.items() if k.startswith(prefix) and c > 1}
+    assert not twice, (len(twice), list(twice.items())[:5])
     assert stack.stop_worker(b) == 0 and stack.stop_worker(c) == 0
 
 
