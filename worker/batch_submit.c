@@ -32,8 +32,9 @@ static const char submit_usage[] =
 static const char resubmit_usage[] =
     "usage: retort resubmit BATCH --escalated [--max-attempts N] [-c FILE] [--set KEY=VALUE]\n"
     "Runs the batch's escalated jobs again: their state is reset (the batch's tokens and\n"
-    "attempts keep what they cost) and the original jobs are produced again, with\n"
-    "max_attempts N when given.\n";
+    "attempts keep what they cost) and the original jobs are produced again, as the job's\n"
+    "next run, with max_attempts N when given.  Jobs reset by an earlier resubmit whose\n"
+    "run has not begun are produced again too.\n";
 
 /* ---- shared ------------------------------------------------------------- */
 
@@ -512,13 +513,16 @@ done:
  * (replaced_*), since its history goes.  The job's hash keeps only the
  * next run's number, which the job is produced with: its events get ids
  * of their own, and the worker takes a late message of the earlier run
- * for stale.  KEYS: job, history, batch; ARGV: now (ms), ttl (s).
- * Returns the new run, or 0 when the job was not escalated. */
+ * for stale.  A job reset before whose run has not begun (status
+ * 'resubmitted': its message may never have been delivered) is reset
+ * again to a later run, the batch's counters as they are.  KEYS: job,
+ * history, batch; ARGV: now (ms), ttl (s).  Returns the new run, or 0
+ * when the job was neither. */
 static const char script_reset[] =
     "local f = redis.call('HMGET', KEYS[1], 'status', 'run')\n"
-    "if f[1] ~= 'escalated' then return 0 end\n"
+    "if f[1] ~= 'escalated' and f[1] ~= 'resubmitted' then return 0 end\n"
     "local run = (tonumber(f[2]) or 1) + 1\n"
-    "local batch = redis.call('EXISTS', KEYS[3]) == 1\n"
+    "local batch = f[1] == 'escalated' and redis.call('EXISTS', KEYS[3]) == 1\n"
     "if batch then\n"
     "  for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do\n"
     "    local ok, rec = pcall(cjson.decode, v)\n"
@@ -576,7 +580,8 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
             return -1;
         }
     }
-    if (r[0]->type != REDIS_REPLY_STRING || strcmp(r[0]->str, "escalated")) return 0;
+    if (r[0]->type != REDIS_REPLY_STRING || (strcmp(r[0]->str, "escalated") && strcmp(r[0]->str, "resubmitted")))
+        return 0;
     rc->candidates++;
     cJSON *doc = r[1]->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r[1]->str, r[1]->len) : NULL;
     if (!cJSON_IsObject(doc)) {
@@ -750,7 +755,7 @@ int batch_resubmit_main(int argc, char **argv) {
     if (bad) {
         fprintf(stderr,
                 "retort resubmit: %zu of %zu job(s) reset but not delivered to %s: %s\n"
-                "retort resubmit: they stay unfinished (no state); submit them again as a new batch\n",
+                "retort resubmit: they stay unfinished (status resubmitted); run this command again\n",
                 bad, keep, topic, err);
         goto done;
     }

@@ -496,6 +496,34 @@ def test_report_matches_the_events(stack):
 
 # ---- resubmit --------------------------------------------------------------
 
+def test_resubmit_again_after_a_reset_whose_run_never_began(stack):
+    """A resubmit that reset a job but could not deliver it leaves the job
+    'resubmitted' (run 2, nothing begun): the next resubmit produces it
+    again as run 3, without counting it twice on the batch."""
+    batch, ks, _ = run_batch(stack, n=10)
+    ids = batch_ids(stack, batch)
+    escalated = [j for j in ids if latest_outcomes(stack, ids)[j]["_type"] == "retort.job.escalated"]
+    lost = escalated[0]
+    r = stack.redis_client()
+    # as the reset script leaves it; the batch counted it as resubmitted
+    r.delete("retort:job:{%s}" % lost, "retort:job:{%s}:history" % lost)
+    r.hset("retort:job:{%s}" % lost, mapping={"run": 2, "status": "resubmitted"})
+    r.hincrby("retort:batch:{%s}" % batch, "escalated", -1)
+    r.hincrby("retort:batch:{%s}" % batch, "resubmitted", 1)
+    p = retort(stack, "resubmit", batch, "--escalated", "--max-attempts", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "batch %s: resubmitted %d escalated job(s) with max_attempts 1" % (
+        batch, len(escalated))
+    wait_done(stack, batch)
+    runs = {m["value"]["job_id"]: m["value"]["run"] for m in stack.consume("retort.jobs")
+            if m["value"] and "run" in m["value"]}
+    assert runs == dict({j: 2 for j in escalated}, **{lost: 3}), runs
+    esc = [m["headers"]["ce_id"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == lost]
+    assert esc[-1] == "%s:1:escalated:r3" % lost, esc
+    h = r.hgetall("retort:batch:{%s}" % batch)
+    assert int(h["resubmitted"]) == len(escalated) and int(h["escalated"]) == len(escalated)
+
+
 def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     batch, ks, _ = run_batch(stack)
     ids = batch_ids(stack, batch)
