@@ -61,6 +61,13 @@ void metrics_render(const metrics *m, sbuf *b) {
     sbuf_printf(b, "# HELP retort_attempts_total Attempts decided (LLM answer validated or failed).\n"
                    "# TYPE retort_attempts_total counter\nretort_attempts_total %llu\n",
                 (unsigned long long)m->attempts);
+    sbuf_printf(b, "# HELP retort_owner_waits_total Job messages whose attempt another live worker held: they "
+                   "waited for its outcome instead of calling the LLM (rebalances, members joining).\n"
+                   "# TYPE retort_owner_waits_total counter\nretort_owner_waits_total %llu\n"
+                   "# HELP retort_takeovers_total Attempts (or undelivered outcomes) taken over from a worker "
+                   "whose lease had lapsed.\n"
+                   "# TYPE retort_takeovers_total counter\nretort_takeovers_total %llu\n",
+                (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers);
     sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
     for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++)
         sbuf_printf(b, "retort_violations_total{code=\"%s\"} %llu\n", m->codes[i], (unsigned long long)m->code_counts[i]);

@@ -931,8 +931,10 @@ static void on_owner_lease(void *ud, const state_reply *r) {
          * runs there, or another group reads the topic): calling the LLM
          * too would pay for the attempt twice.  Look again later; the
          * owner's outcome then ends this message. */
-        if (!j->wait_ms)
+        if (!j->wait_ms) {
             log_info(j->job.job_id, j->job.attempt, "%s holds this attempt; waiting for its outcome", j->other);
+            w->m.owner_waits++;
+        }
         j->wait_ms = j->wait_ms ? (j->wait_ms >= 4000 ? 8000 : j->wait_ms * 2) : 250;
         uv_timer_start(&j->timer, begin_retry_timer, j->wait_ms, 0);
         return;
@@ -943,6 +945,7 @@ static void on_owner_lease(void *ud, const state_reply *r) {
     else
         log_info(j->job.job_id, j->job.attempt, "%s is gone; taking its attempt over", j->other);
     memcpy(j->takeover, j->other, sizeof(j->takeover));
+    w->m.takeovers++;
     job_begin(j);
 }
 

@@ -9,11 +9,12 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 
 import pytest
 
-from stack import BUILD, Stack, job, proc_cpu_s
+from stack import BUILD, Stack, free_port, job, proc_cpu_s
 
 
 def uid(prefix):
@@ -168,7 +169,8 @@ def test_an_attempt_running_elsewhere_is_paid_for_once(stack):
 def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     """An attempt left 'running' by a worker that died: taken over at once
     when its lease is gone, after it lapses when it still holds."""
-    w = stack.start_worker()
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     r = stack.redis_client()
     gone, lapsing = uid("gone"), uid("lapsing")
     for jid, holder in ((gone, "ghost:0000dead"), (lapsing, "ghost:0000beef")):
@@ -190,6 +192,9 @@ def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     assert said(lapsing, "ghost:0000beef:7 is gone; taking its attempt over")
     # the lease held for 4 s from before the message was produced
     assert time.time() - t0 > 3.5
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
+        text = resp.read().decode()
+    assert "\nretort_owner_waits_total 1\n" in text and "\nretort_takeovers_total 2\n" in text, text
     # the new owner: this worker's incarnation (id:nonce), then its claim number
     assert re.fullmatch(re.escape(w.name) + r":[0-9a-f]{8}:[0-9]+", r.hget("retort:job:{%s}" % lapsing, "owner"))
     assert stack.stop_worker(w) == 0
