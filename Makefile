@@ -205,7 +205,7 @@ $(BUILD)/fuzz-llm-api: $(FUZZ_LLM_SRC) worker/llm_api.h worker/decide.h $(wildca
 
 # jsonin's parser against cJSON (tests/fuzz_jsonin.c).
 FUZZ_JSONIN_SRC := tests/fuzz_jsonin.c common/jsonin.c
-$(BUILD)/fuzz-jsonin: $(FUZZ_JSONIN_SRC) common/jsonin.h
+$(BUILD)/fuzz-jsonin: $(FUZZ_JSONIN_SRC) common/jsonin.h common/util.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_JSONIN_SRC) $(call pc,libcjson) -lm
 

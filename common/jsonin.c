@@ -1,5 +1,6 @@
 /* jsonin.c - JSON text into a one-block cJSON tree; see jsonin.h. */
 #include "jsonin.h"
+#include "util.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -91,23 +92,6 @@ static inline cJSON *node_new(jparser *x)
     return n;
 }
 
-static int hex4(const unsigned char *s, unsigned *out)
-{
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned c = s[i], d;
-        if (c >= '0' && c <= '9')
-            d = c - '0';
-        else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
-            d = (c | 0x20) - 'a' + 10;
-        else
-            return -1;
-        v = v << 4 | d;
-    }
-    *out = v;
-    return 0;
-}
-
 /* The string at x->p (its opening quote) into the string area; *out
  * points at it.  The decoded bytes plus the NUL never take more room than
  * the quoted text did, which is what the block was sized for. */
@@ -158,7 +142,7 @@ static int parse_string(jparser *x, char **out)
         case 't': *d++ = '\t'; break;
         case 'u': {
             unsigned cp, lo;
-            if (end - q < 6 || hex4(q + 2, &cp)) {
+            if (end - q < 6 || util_hex4((const char *)q + 2, &cp)) {
                 x->p = q;
                 return -1;
             }
@@ -167,7 +151,7 @@ static int parse_string(jparser *x, char **out)
                 return -1;
             }
             if (cp >= 0xD800 && cp <= 0xDBFF) { /* must be followed by its low half */
-                if (end - q < 12 || q[6] != '\\' || q[7] != 'u' || hex4(q + 8, &lo) || lo < 0xDC00 ||
+                if (end - q < 12 || q[6] != '\\' || q[7] != 'u' || util_hex4((const char *)q + 8, &lo) || lo < 0xDC00 ||
                     lo > 0xDFFF) {
                     x->p = q;
                     return -1;
@@ -175,21 +159,7 @@ static int parse_string(jparser *x, char **out)
                 cp = 0x10000 + ((cp & 0x3FF) << 10 | (lo & 0x3FF));
                 q += 6;
             }
-            if (cp < 0x80) {
-                *d++ = (char)cp;
-            } else if (cp < 0x800) {
-                *d++ = (char)(0xC0 | cp >> 6);
-                *d++ = (char)(0x80 | (cp & 0x3F));
-            } else if (cp < 0x10000) {
-                *d++ = (char)(0xE0 | cp >> 12);
-                *d++ = (char)(0x80 | (cp >> 6 & 0x3F));
-                *d++ = (char)(0x80 | (cp & 0x3F));
-            } else {
-                *d++ = (char)(0xF0 | cp >> 18);
-                *d++ = (char)(0x80 | (cp >> 12 & 0x3F));
-                *d++ = (char)(0x80 | (cp >> 6 & 0x3F));
-                *d++ = (char)(0x80 | (cp & 0x3F));
-            }
+            d += util_utf8_put(d, cp);
             q += 6;
             continue;
         }

@@ -11,6 +11,7 @@
  */
 #include "schema_format.h"
 #include "schema_regex.h"
+#include "util.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -92,30 +93,6 @@ static size_t utf8_dec(const unsigned char *s, size_t n, uint32_t *cp)
     }
     *cp = 0xFFFD;
     return 1;
-}
-
-static size_t utf8_enc(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 /* ------------------------------------------------------------------ */
@@ -365,7 +342,7 @@ static int uis(int cls, uint32_t cp)
     if (!g_u[cls] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
         return 0;
     char buf[4];
-    size_t n = utf8_enc(cp, buf);
+    size_t n = util_utf8_put(buf, cp);
     return schema_regex_match(g_u[cls], buf, n) == 1;
 }
 

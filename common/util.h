@@ -23,6 +23,47 @@ size_t util_utf8_len(const char *s, size_t len);
 /* Largest n <= max such that s[0..n) does not end inside a code point. */
 size_t util_utf8_trim(const char *s, size_t len, size_t max);
 
+/* Reads exactly 4 hex digits (either case) at s into *out: a JSON \u
+ * escape's.  0 = ok, -1 = not 4 hex digits.  Inline: the JSON readers
+ * call it per escape. */
+static inline int util_hex4(const char *s, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = (unsigned char)s[i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') d = (c | 0x20) - 'a' + 10;
+        else return -1;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Writes code point cp (<= 0x10FFFF, not a surrogate) as UTF-8 at out
+ * (room for 4 bytes); returns the bytes written. */
+static inline size_t util_utf8_put(char *out, uint32_t cp) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
 /* The rest of f, NUL-terminated; malloc'd, caller frees.  *len (may be
  * NULL) receives the length.  NULL on a read error or out of memory. */
 char *util_read_stream(FILE *f, size_t *len);

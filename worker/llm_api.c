@@ -332,20 +332,6 @@ static const char oa_unesc[256] = {
     ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b', ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t',
 };
 
-static int oa_hex4(const char *h, unsigned *out) {
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = h[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* The string at s->p (its opening quote): *raw and *len get the bytes
  * between the quotes, *esc whether they hold escapes; s->p moves past
  * the closing quote.  -1: not a string this scanner takes. */
@@ -361,10 +347,10 @@ static int oa_string(oa_scan *s, const char **raw, size_t *len, int *esc) {
         if (p[1] == 'u') {
             /* cJSON decodes every string, so a lone surrogate anywhere
              * fails its parse: give up on one here too */
-            if (end - p < 6 || oa_hex4(p + 2, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+            if (end - p < 6 || util_hex4(p + 2, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
             p += 6;
             if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || oa_hex4(p + 2, &cp) || cp < 0xDC00 || cp > 0xDFFF)
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || util_hex4(p + 2, &cp) || cp < 0xDC00 || cp > 0xDFFF)
                     return -1;
                 p += 6;
             }
@@ -399,30 +385,16 @@ static char *oa_decode(const char *r, size_t n) {
             *d++ = oa_unesc[(unsigned char)c]; /* checked by oa_string */
             continue;
         }
-        unsigned cp, lo;
-        oa_hex4(r + i, &cp);
+        unsigned cp = 0, lo = 0xDC00; /* the digits were checked by oa_string */
+        util_hex4(r + i, &cp);
         i += 4;
         if (cp == 0) goto fail;
         if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its low one follows */
-            oa_hex4(r + i + 2, &lo);
+            util_hex4(r + i + 2, &lo);
             i += 6;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
-        if (cp < 0x80) {
-            *d++ = (char)cp;
-        } else if (cp < 0x800) {
-            *d++ = (char)(0xC0 | (cp >> 6));
-            *d++ = (char)(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            *d++ = (char)(0xE0 | (cp >> 12));
-            *d++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-            *d++ = (char)(0x80 | (cp & 0x3F));
-        } else {
-            *d++ = (char)(0xF0 | (cp >> 18));
-            *d++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-            *d++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-            *d++ = (char)(0x80 | (cp & 0x3F));
-        }
+        d += util_utf8_put(d, cp);
     }
     *d = '\0';
     return o;

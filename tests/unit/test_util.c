@@ -120,6 +120,40 @@ static void test_ltoa(void **s) {
 }
 
 /* util_concat joins, cuts to fit and says how long the whole was. */
+/* \u escapes: hex digits of either case, and each code point as UTF-8
+ * (the bytes util_utf8_valid accepts, of the lengths it counts). */
+static void test_hex4_and_utf8_put(void **s) {
+    (void)s;
+    static const struct {
+        const char *hex;
+        unsigned cp;
+        const char *utf8;
+    } ok[] = {
+        {"0041", 0x41, "A"},        {"00e9", 0xE9, "\xc3\xa9"},       {"00E9", 0xE9, "\xc3\xa9"},
+        {"07FF", 0x7FF, "\xdf\xbf"}, {"0800", 0x800, "\xe0\xa0\x80"}, {"20ac", 0x20AC, "\xe2\x82\xac"},
+        {"FFFF", 0xFFFF, "\xef\xbf\xbf"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        unsigned cp = 1;
+        assert_int_equal(util_hex4(ok[i].hex, &cp), 0);
+        assert_int_equal(cp, ok[i].cp);
+        char out[4];
+        size_t n = util_utf8_put(out, cp);
+        assert_int_equal(n, strlen(ok[i].utf8));
+        assert_memory_equal(out, ok[i].utf8, n);
+        assert_true(util_utf8_valid(out, n));
+    }
+    char out[4];
+    assert_int_equal(util_utf8_put(out, 0x1F600), 4);
+    assert_memory_equal(out, "\xf0\x9f\x98\x80", 4);
+    assert_int_equal(util_utf8_put(out, 0x10FFFF), 4);
+    assert_memory_equal(out, "\xf4\x8f\xbf\xbf", 4);
+    unsigned cp = 7;
+    static const char *const bad[] = {"00g0", "12 4", "-123", "0x12", "ABC\0"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) assert_int_equal(util_hex4(bad[i], &cp), -1);
+    assert_int_equal(cp, 7); /* untouched on failure */
+}
+
 static void test_concat(void **s) {
     (void)s;
     char buf[8];
@@ -177,6 +211,7 @@ int main(void) {
         cmocka_unit_test(test_read_file),
         cmocka_unit_test(test_ltoa),
         cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_hex4_and_utf8_put),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
