@@ -22,6 +22,14 @@ static int prose_lines(const char *s, size_t len) {
     return lines + !blank;
 }
 
+/* jsonin_parse_all, noting in *nul when the text failed on a "\u0000". */
+static cJSON *parse_all(const char *text, size_t len, int *nul) {
+    size_t at = 0;
+    cJSON *v = jsonin_parse_all(text, len, &at);
+    if (!v && jsonin_nul_at(text, len, at)) *nul = 1;
+    return v;
+}
+
 static const char *find_str(const char *s, size_t len, const char *needle) {
     size_t n = strlen(needle);
     for (size_t i = 0; i + n <= len; i++)
@@ -29,7 +37,7 @@ static const char *find_str(const char *s, size_t len, const char *needle) {
     return NULL;
 }
 
-static int from_fence(const char *text, size_t len, cJSON **out) {
+static int from_fence(const char *text, size_t len, cJSON **out, int *nul) {
     const char *open = find_str(text, len, "```");
     if (!open) return -1;
     const char *body = memchr(open, '\n', len - (size_t)(open - text));
@@ -50,14 +58,14 @@ static int from_fence(const char *text, size_t len, cJSON **out) {
     if (find_str(after, after_len, "```")) return -1; /* more than one fence */
     if (prose_lines(text, (size_t)(open - text)) > 1 || prose_lines(after, after_len) > 1)
         return -1;
-    cJSON *v = jsonin_parse_all(body, (size_t)(close - body), NULL);
+    cJSON *v = parse_all(body, (size_t)(close - body), nul);
     if (!v) return -1;
     *out = v;
     return 0;
 }
 
 /* One line of prose before and/or after a value that starts a line. */
-static int from_prose(const char *text, size_t len, cJSON **out) {
+static int from_prose(const char *text, size_t len, cJSON **out, int *nul) {
     size_t i = 0;
     int lines_before = 0;
     while (i < len) {
@@ -65,7 +73,9 @@ static int from_prose(const char *text, size_t len, cJSON **out) {
         while (j < len && (text[j] == ' ' || text[j] == '\t')) j++;
         if (j < len && (text[j] == '{' || text[j] == '[')) {
             const char *end = NULL;
-            cJSON *v = jsonin_parse(text + j, len - j, &end, NULL);
+            size_t at = 0;
+            cJSON *v = jsonin_parse(text + j, len - j, &end, &at);
+            if (!v && jsonin_nul_at(text + j, len - j, at)) *nul = 1;
             if (v) {
                 size_t tail = len - (size_t)(end - text);
                 if (prose_lines(end, tail) <= 1) {
@@ -100,14 +110,19 @@ int extract_json(const char *text, size_t len, cJSON **out, char *err, size_t er
         snprintf(err, errlen, "the answer is not valid UTF-8");
         return -1;
     }
-    cJSON *v = jsonin_parse_all(text, len, NULL);
+    int nul = 0;
+    cJSON *v = parse_all(text, len, &nul);
     if (v) {
         *out = v;
         return 0;
     }
-    if (from_fence(text, len, out) == 0) return 0;
-    if (from_prose(text, len, out) == 0) return 0;
-    snprintf(err, errlen, "the answer is not a single JSON value (only JSON is accepted, "
-                          "optionally inside one ```json code fence)");
+    if (from_fence(text, len, out, &nul) == 0) return 0;
+    if (from_prose(text, len, out, &nul) == 0) return 0;
+    if (nul)
+        snprintf(err, errlen, "a string in the JSON holds \\u0000, the NUL character, which is not "
+                              "accepted: leave it out");
+    else
+        snprintf(err, errlen, "the answer is not a single JSON value (only JSON is accepted, "
+                              "optionally inside one ```json code fence)");
     return -1;
 }

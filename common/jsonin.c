@@ -158,6 +158,9 @@ static int parse_string(jparser *x, char **out)
                 }
                 cp = 0x10000 + ((cp & 0x3FF) << 10 | (lo & 0x3FF));
                 q += 6;
+            } else if (cp == 0) { /* see jsonin.h */
+                x->p = q;
+                return -1;
             }
             d += util_utf8_put(d, cp);
             q += 6;
@@ -406,6 +409,11 @@ cJSON *jsonin_parse_all(const char *text, size_t len, size_t *err_at)
         return NULL;
     }
     return root;
+}
+
+int jsonin_nul_at(const char *text, size_t len, size_t err_at)
+{
+    return text && err_at <= len && len - err_at >= 6 && memcmp(text + err_at, "\\u0000", 6) == 0;
 }
 
 void jsonin_free(cJSON *root)

@@ -12,9 +12,11 @@
  * zeros, a bare '.', '+' or a trailing 'e'; no raw control characters in
  * strings; \u takes exactly four hex digits.  The values are cJSON's:
  * numbers are doubles (as strtod gives them) with cJSON's saturated
- * valueint, strings are unescaped into NUL-terminated UTF-8 (so "\u0000"
- * ends the C string, as in cJSON), a \u escape of a lone surrogate is an
- * error, duplicate keys are kept in order, and the first child's prev
+ * valueint, strings are unescaped into NUL-terminated UTF-8, a \u escape
+ * of a lone surrogate is an error, and so is "\u0000" (in a value or a
+ * key): a C string cannot hold the NUL character, and cJSON's reading, a
+ * string cut short at it, would pass a changed value on without a word.
+ * Duplicate keys are kept in order, and the first child's prev
  * points at the last child.  Nesting deeper than 1000 is an error, as in
  * cJSON.  Bytes >= 0x80 are copied as they are: check UTF-8 first.
  *
@@ -41,6 +43,11 @@ cJSON *jsonin_parse(const char *text, size_t len, const char **end, size_t *err_
  * white space.  On failure err_at (may be NULL) is where parsing stopped,
  * or the first byte after the value that is not white space. */
 cJSON *jsonin_parse_all(const char *text, size_t len, size_t *err_at);
+
+/* 1 when a parse of text[0..len) that failed at err_at failed on a
+ * "\u0000" escape (err_at is its backslash), else 0: for an error
+ * message that says so. */
+int jsonin_nul_at(const char *text, size_t len, size_t err_at);
 
 /* Frees a tree from jsonin_parse.  Accepts NULL. */
 void jsonin_free(cJSON *root);

@@ -96,7 +96,11 @@ static cJSON *parse_doc(const char *text, size_t len, char *why, size_t whylen)
     cJSON *doc = jsonin_parse(text, len, &end, &off);
     if (!doc) {
         line_col(text, off, &line, &col);
-        snprintf(why, whylen, "not valid JSON (line %d column %d)", line, col);
+        if (jsonin_nul_at(text, len, off))
+            snprintf(why, whylen, "a string holds \\u0000, the NUL character, which is not supported "
+                     "(line %d column %d)", line, col);
+        else
+            snprintf(why, whylen, "not valid JSON (line %d column %d)", line, col);
         return NULL;
     }
     while (end && end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))

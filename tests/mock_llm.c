@@ -20,7 +20,11 @@
  *
  * Directives (keys of the [[mock ...]] token of the FIRST user message):
  *   defect=missing_field|wrong_type|invalid_value|extra_field|not_json|
- *          fenced|prose|refusal|empty|truncated
+ *          fenced|prose|refusal|empty|truncated|nul_char|nul_text
+ *                  (nul_char: the first string value, depth first, ends
+ *                  with the escape \u0000; the rest of the answer holds;
+ *                  nul_text: the answer's text, not its JSON, ends with
+ *                  U+0000, escaped in the body)
  *   until=K        defect on attempts 1..K only (attempt = X-Retort-Attempt
  *                  when sent, else 1 + number of assistant messages)
  *   field=NAME     field the defect applies to (a/b for nested)
@@ -1532,12 +1536,14 @@ enum defect {
     D_PROSE,
     D_REFUSAL,
     D_EMPTY,
-    D_TRUNCATED
+    D_TRUNCATED,
+    D_NUL_CHAR,
+    D_NUL_TEXT
 };
 
 static const char *const defect_names[] = {"",       "missing_field", "wrong_type", "invalid_value",
                                            "extra_field", "not_json", "fenced",     "prose",
-                                           "refusal", "empty",    "truncated"};
+                                           "refusal", "empty",    "truncated",  "nul_char", "nul_text"};
 
 typedef struct directives {
     enum defect defect;
@@ -1741,6 +1747,21 @@ static const cJSON *schema_at(gen *g, const cJSON *root_eff, const char *field)
     }
     return s;
 }
+
+/* The first string value in v, depth first (the nul_char defect). */
+static cJSON *first_string(cJSON *v)
+{
+    if (cJSON_IsString(v))
+        return v;
+    for (cJSON *c = v ? v->child : NULL; c; c = c->next) {
+        cJSON *s = first_string(c);
+        if (s)
+            return s;
+    }
+    return NULL;
+}
+
+#define NUL_MARK "@@nul-char@@"
 
 /* A value of another type than v (the wrong_type defect). */
 static cJSON *wrong_type_value(const cJSON *v)
@@ -2341,6 +2362,19 @@ static void llm_answer(const llm_in *in, answer *a)
     if (active && (d.defect == D_MISSING_FIELD || d.defect == D_WRONG_TYPE || d.defect == D_INVALID_VALUE ||
                    d.defect == D_EXTRA_FIELD))
         apply_defect(&g, inst, root_eff, &d, ptr, sizeof(ptr));
+    if (active && d.defect == D_NUL_CHAR) {
+        cJSON *str = first_string(inst);
+        if (str) {
+            size_t l = strlen(str->valuestring);
+            char *v = malloc(l + sizeof NUL_MARK);
+            if (v) {
+                memcpy(v, str->valuestring, l);
+                memcpy(v + l, NUL_MARK, sizeof NUL_MARK);
+                cJSON_SetValuestring(str, v);
+                free(v);
+            }
+        }
+    }
     printed = jsonout_print(inst);
     text = printed ? printed : "{}";
     if (active) {
@@ -2364,6 +2398,22 @@ static void llm_answer(const llm_in *in, answer *a)
             refusal = 1;
             break;
         case D_EMPTY: text = ""; break;
+        case D_NUL_TEXT:
+            sb_adds(&b, text);
+            sb_adds(&b, NUL_MARK);
+            text = owned = b.p;
+            break;
+        case D_NUL_CHAR: {
+            /* the mark, printed as it is, becomes the escape */
+            const char *m = strstr(text, NUL_MARK);
+            if (!m)
+                break;
+            sb_add(&b, text, (size_t)(m - text));
+            sb_adds(&b, "\\u0000");
+            sb_adds(&b, m + strlen(NUL_MARK));
+            text = owned = b.p;
+            break;
+        }
         case D_TRUNCATED:
             sb_add(&b, text, strlen(text) / 2);
             text = owned = b.p ? b.p : "";
@@ -2373,6 +2423,14 @@ static void llm_answer(const llm_in *in, answer *a)
         }
     }
     success_body(a, in->api, req, text, refusal, cut, c.content_bytes);
+    if (active && d.defect == D_NUL_TEXT && a->body) {
+        /* the mark, printed into the body as it is, becomes the escape */
+        char *m = strstr(a->body, NUL_MARK);
+        if (m) {
+            memcpy(m, "\\u0000", 6);
+            memmove(m + 6, m + strlen(NUL_MARK), strlen(m + strlen(NUL_MARK)) + 1);
+        }
+    }
 
 done:
     free(owned);

@@ -15,6 +15,7 @@
 #include "batch_producer.h"
 #include "batch_tally.h"
 #include "batch_util.h"
+#include "jsonin.h"
 #include "schema.h"
 #include "util.h"
 
@@ -197,6 +198,18 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
     if (!util_utf8_valid(text, len)) {
         line_error(sc, line, "not UTF-8");
         return 0;
+    }
+    /* cJSON would cut the string at the NUL and the job would go out
+     * with a changed prompt: refuse it, as the worker would (job.c). */
+    if (memmem(text, len, "\\u0000", 6)) {
+        size_t at = 0;
+        cJSON *strict = jsonin_parse_all(text, len, &at);
+        if (!strict && jsonin_nul_at(text, len, at)) {
+            line_error(sc, line, "a string holds \\u0000 (the NUL character), which is not accepted (column %zu)",
+                       at + 1);
+            return 0;
+        }
+        jsonin_free(strict);
     }
     cJSON *doc = cJSON_ParseWithOpts(text, NULL, 1);
     char idbuf[256];

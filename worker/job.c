@@ -30,7 +30,11 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     size_t at = 0;
     cJSON *doc = jsonin_parse_all(value, len, &at);
     if (!doc) {
-        snprintf(err, errlen, "message is not JSON (error near byte %zu)", at);
+        if (jsonin_nul_at(value, len, at))
+            snprintf(err, errlen, "message has \\u0000 (the NUL character) in a string at byte %zu, which "
+                     "is not accepted", at);
+        else
+            snprintf(err, errlen, "message is not JSON (error near byte %zu)", at);
         return -1;
     }
     const char *id = get_str(doc, "job_id");

@@ -771,11 +771,27 @@ done:
     return rc;
 }
 
+/* 1 when body[0..len) holds the JSON escape \u0000: a "\u0000" whose
+ * backslash is not itself escaped (odd run of backslashes). */
+static int has_nul_escape(const char *body, size_t len) {
+    const char *p = body, *end = body + len;
+    while ((p = memmem(p, (size_t)(end - p), "\\u0000", 6)) != NULL) {
+        size_t run = 1;
+        while (run <= (size_t)(p - body) && p[-(ptrdiff_t)run] == '\\') run++;
+        if (run % 2) return 1;
+        p += 6;
+    }
+    return 0;
+}
+
 void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
                    llm_api_result *out) {
-    if (status >= 200 && status < 300 && body && len && llm_api_scan(provider, body, len, out) == 0)
-        return;
-    llm_api_parse_dom(provider, status, body, len, out);
+    if (!(status >= 200 && status < 300 && body && len && llm_api_scan(provider, body, len, out) == 0))
+        llm_api_parse_dom(provider, status, body, len, out);
+    /* Checked on the body, the one place both readers share: it costs a
+     * memmem of the answer, and a NUL anywhere but in the text (an id?)
+     * only costs a retry. */
+    if (out->category == DECIDE_CAT_OK && body && has_nul_escape(body, len)) out->text_nul = 1;
 }
 
 void llm_api_parse_dom(llm_provider provider, long status, const char *body, size_t len,

@@ -45,13 +45,17 @@ int llm_api_schema_is_strict(const cJSON *schema);
 typedef struct llm_api_result {
     decide_category category;  /* OK: text holds the answer */
     char *text;                /* malloc'd, or NULL */
+    int text_nul;              /* OK only: the body escapes U+0000 (text may end early) */
     char finish_reason[32];
     long prompt_tokens;
     long completion_tokens;
     char error[256];           /* provider's error message, if any */
 } llm_api_result;
 
-/* Reads a response.  status: HTTP status (> 0).  body: borrowed. */
+/* Reads a response.  status: HTTP status (> 0).  body: borrowed.  An
+ * answer (category OK) whose body holds the escape \u0000 anywhere gets
+ * text_nul = 1: C strings end at the NUL, so text may be the answer cut
+ * short, and it must not be taken as it is. */
 void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
                    llm_api_result *out);
 

@@ -100,6 +100,7 @@ typedef struct wjob {
     char reason[256];
     char error[256];
     char *text;
+    int text_nul;            /* the answer held U+0000: text may be cut short */
     cJSON *value;
     cJSON *violations;
     char *value_text;        /* value printed: the record's and the final event's */
@@ -675,6 +676,14 @@ static void validate_text(wjob *j) {
     char err[256];
     cJSON *value = NULL;
     j->violations = cJSON_CreateArray();
+    if (j->text_nul) {
+        /* a NUL escaped in the JSON of the answer ("\\u0000" in the body)
+         * is caught by extract_json; one in the text itself is this */
+        j->cat = DECIDE_CAT_INVALID;
+        cJSON_AddItemToArray(j->violations, violation("", "NOT_JSON",
+            "the answer holds U+0000, the NUL character, which JSON text never holds: leave it out"));
+        return;
+    }
     if (extract_json(j->text, strlen(j->text), &value, err, sizeof(err))) {
         j->cat = DECIDE_CAT_INVALID;
         cJSON_AddItemToArray(j->violations, violation("", "NOT_JSON", err));
@@ -720,6 +729,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     else w->llm_ok_ms = util_mono_ms();
     free(j->text);
     j->text = NULL;
+    j->text_nul = 0;
     cJSON_Delete(j->violations);
     j->violations = NULL;
     j->error[0] = '\0';
@@ -739,6 +749,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
             if (diff) state_rate(w->st, w->rl_key, w->rl_rpm, w->rl_tpm, diff, 1, rate_noop, NULL);
         }
         j->text = res.text;
+        j->text_nul = res.text_nul;
         res.text = NULL;
         util_concat(j->error, sizeof(j->error), res.error, (char *)NULL);
         llm_api_result_clear(&res);

@@ -152,13 +152,18 @@ def test_submit_generates_a_batch_id(stack):
 
 def test_malformed_line_produces_nothing(stack):
     path, _ = write_jobs(stack, 5, extra_lines=['{"schema": "product.v1", "prompt": "x"}', "[1, 2]",
-                                                '{"schema": "product.v1", "prompt": '])
+                                                '{"schema": "product.v1", "prompt": ',
+                                                '{"schema": "product.v1", "prompt": "ab\\u0000cd"}',
+                                                '{"schema": "product.v1", "prompt": "ab\\\\u0000cd"}'])
     p = retort(stack, "submit", path, "--batch", "bad")
     assert p.returncode == 2
-    # lines 1-5 are jobs, line 6 blank, 7 a job, 8 an array, 9 cut JSON
+    # lines 1-5 are jobs, line 6 blank, 7 a job, 8 an array, 9 cut JSON,
+    # 10 a prompt with a NUL (cJSON would cut it to "ab"), 11 a prompt with
+    # the text \u0000 (an escaped backslash): a job
     assert "%s:8: not a JSON object" % path in p.stderr
     assert "%s:9: not a JSON object (not JSON)" % path in p.stderr
-    assert ":7:" not in p.stderr
+    assert "%s:10: a string holds \\u0000 (the NUL character), which is not accepted (column 39)" % path in p.stderr
+    assert ":7:" not in p.stderr and ":11:" not in p.stderr
     assert "nothing submitted" in p.stderr
     assert stack.consume("retort.jobs") == []
     assert stack.redis_client().keys("retort:batch:*") == []

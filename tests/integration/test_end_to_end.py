@@ -89,6 +89,35 @@ def test_fixed_on_second_attempt(stack, envelopes, defect):
     assert finals[0]["headers"]["ce_id"] == "%s:2:final" % jid
 
 
+@pytest.mark.parametrize("defect,says", [("nul_char", "a string in the JSON holds \\u0000"),
+                                         ("nul_text", "the answer holds U+0000")])
+def test_nul_in_an_answer_is_repaired_not_cut_short(stack, envelopes, defect, says):
+    """U+0000 in the answer, escaped in a string of the model's JSON
+    (nul_char) or in the answer's text after the JSON (nul_text): read as
+    cJSON reads strings, the text would end at the NUL and the shorter
+    value pass as final.  It is refused with a violation that names the
+    NUL, and repaired."""
+    stack.start_worker()
+    jid = uid("nul")
+    stack.produce_jobs([job(jid, directive="defect=%s until=1" % defect)])
+    stack.wait_outcomes([jid])
+    finals = by_job(stack.consume("retort.final"), jid)
+    assert len(finals) == 1
+    ev = finals[0]["value"]
+    envelopes.validate("events/final.schema.json", ev)
+    assert ev["attempts"] == 2 and [s["outcome"] for s in ev["summary"]] == ["invalid", "valid"]
+    assert "\x00" not in json.dumps(ev["output"], ensure_ascii=False)
+    rj = [m["value"] for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+          and m["value"]["job_id"] == jid]
+    assert len(rj) == 1
+    refl = rj[0]["reflection"]
+    if defect == "nul_char":
+        assert "\\u0000" in refl["previous_output"]
+    (v,) = refl["violations"]
+    assert v["code"] == "NOT_JSON" and v["message"].startswith(says) and "NUL" in v["message"]
+    assert v["message"] in refl["prompt"]
+
+
 def test_never_fixed_escalates_with_history(stack, envelopes):
     stack.start_worker()
     jid = uid("never")

@@ -290,6 +290,15 @@ def test_defect_text_kinds(base):
     head = "Here is the JSON you asked for:\n"
     assert prose.startswith(head) and is_valid(json.loads(prose[len(head):]), PRODUCT)
     assert content(text("empty")) == ""
+    # nul_char: the first string value ends with U+0000, the rest as usual
+    # (the same prompt on attempt 2 is the clean answer)
+    prompt = "[[mock defect=nul_char until=1]]"
+    nul = content(call(base, "/v1/chat/completions", openai(prompt))[2])
+    clean = json.loads(content(call(base, "/v1/chat/completions", openai(prompt, history=["x"], last_user="go"))[2]))
+    doc = json.loads(nul)
+    first = next(k for k, v in doc.items() if isinstance(v, str))
+    assert "\\u0000" in nul and doc[first] == clean[first] + "\x00"
+    assert {k: v for k, v in doc.items() if k != first} == {k: v for k, v in clean.items() if k != first}
     refusal = text("refusal")["choices"][0]
     assert refusal["message"]["content"] is None and refusal["message"]["refusal"]
     assert refusal["finish_reason"] == "stop"

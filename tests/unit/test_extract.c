@@ -88,6 +88,44 @@ static void test_strict(void **s) {
     assert_true(ok("{\"a\":\"x\\ty\",\"b\":-0.5e1}", "{\"a\":\"x\\ty\",\"b\":-5}"));
 }
 
+/* The error of an answer, or "" when it was taken. */
+static const char *why(const char *text) {
+    static char err[256];
+    cJSON *v = NULL;
+    err[0] = '\0';
+    if (extract_json(text, strlen(text), &v, err, sizeof(err)) == 0) {
+        jsonin_free(v);
+        return "";
+    }
+    return err;
+}
+
+/* A "\u0000" in a string is refused, and said to be the reason, however
+ * the value is wrapped: cJSON would have cut the string at it and the
+ * final event would have carried the shorter value. */
+static void test_nul_escape(void **s) {
+    (void)s;
+    static const char *const nul[] = {
+        "{\"name\":\"Ada\\u0000Lovelace\"}",
+        "{\"a\":[1,{\"b\":\"\\u0000\"}]}",
+        "{\"k\\u0000\":1}",
+        "```json\n{\"name\":\"x\\u0000\"}\n```",
+        "Here it is:\n{\"name\":\"x\\u0000\"}",
+        "{\"name\":\"x\\u0000\"}\nDone.",
+    };
+    for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+        const char *e = why(nul[i]);
+        if (!strstr(e, "\\u0000") || !strstr(e, "NUL"))
+            fail_msg("%s: \"%s\"", nul[i], e);
+    }
+    /* other faults keep the general message; an escaped backslash before
+     * u0000 is text, not a NUL */
+    assert_null(strstr(why("{\"a\":1"), "NUL"));
+    assert_non_null(strstr(why("{\"a\":1"), "not a single JSON value"));
+    assert_true(ok("{\"a\":\"\\\\u0000\"}", "{\"a\":\"\\\\u0000\"}"));
+    assert_true(ok("{\"a\":\"\\u0001\"}", "{\"a\":\"\\u0001\"}"));
+}
+
 static void test_utf8(void **s) {
     (void)s;
     assert_true(util_utf8_valid("h\xc3\xa9llo", 6));
@@ -108,6 +146,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain), cmocka_unit_test(test_fence), cmocka_unit_test(test_prose),
         cmocka_unit_test(test_not_json), cmocka_unit_test(test_strict), cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_nul_escape),
     };
     return cmocka_run_group_tests_name("extract", tests, NULL, NULL);
 }

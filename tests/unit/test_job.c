@@ -70,6 +70,9 @@ static void test_rejected(void **s)
         { "{\"job_id\":\"a\",\"schema\":\"x\"} {}", "message is not JSON (error near byte 28)" },
         { "{\"job_id\":\"a\",\"schema\":\"x\",\"n\":01}", "message is not JSON (error near byte 32)" },
         { "{\"job_id\":\"a\",\"schema\":\"x\"", "message is not JSON (error near byte 26)" },
+        /* cut short at the NUL, the prompt would reach the model changed */
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"prompt\":\"ab\\u0000cd\"}",
+          "message has \\u0000 (the NUL character) in a string at byte 39, which is not accepted" },
         { "{\"job_id\":\"a\",\"schema\":\"x\xff\"}", "message is not valid UTF-8" },
         { "{\"job_id\":\"\",\"schema\":\"x\"}", "not a valid job: /job_id: " },
     };

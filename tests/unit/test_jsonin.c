@@ -69,7 +69,7 @@ static void test_same_as_cjson(void **s)
         "-2147483649", "0.30000000000000004", "1.7976931348623157e308", "1e22", "1e23", "123e-22", "123e-23",
         "4.35", "0.000000000000000000000000000001", "12345678901234567890e-10", "1.00000000000000011",
         "true", "false", "null", "\"\"", "\"abc\"", "\"a\\\"b\\\\c\\/d\\be\\ff\\ng\\rh\\ti\"",
-        "\"\\u00e9\\u20ac\\ud83d\\ude00\\u0041\"", "\"x\\u0000y\"", "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"",
+        "\"\\u00e9\\u20ac\\ud83d\\ude00\\u0041\"", "\"x\\u0001y\\u001f\"", "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"",
         "[]", "{}", "[[]]", "[{}]", "{\"a\":[]}", "[1,2,3]", "[1,[2,[3,[4]]],{\"k\":null}]",
         "{\"a\":1,\"a\":2,\"b\":{\"c\":[true,false,null,\"s\",-3.25e-2]}}",
         " \t\r\n{ \"a\" : [ 1 , 2 ] , \"b\" : \"c\" } \n",
@@ -153,6 +153,54 @@ static void test_rejects(void **s)
             fail_msg("\"%s\": stopped at %zu, expected %zu", bad[i].doc, at, bad[i].at);
         assert_null(end);
     }
+}
+
+/* "\u0000" is an error where cJSON cuts the string short, in a value
+ * or a key, at any depth; the error offset is its backslash, which
+ * jsonin_nul_at recognises (and nothing else). */
+static void test_nul_escape(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *doc;
+        size_t at;
+    } nul[] = {
+        { "\"\\u0000\"", 1 },
+        { "\"abc\\u0000def\"", 4 },
+        { "{\"a\\u0000\":1}", 3 },
+        { "{\"k\":[1,{\"n\":\"x\\u0000\"}]}", 15 },
+        { "[\"\\u00e9\\u0000\"]", 8 },
+    };
+    for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++) {
+        size_t len = strlen(nul[i].doc), at = 999;
+        cJSON *c = cJSON_ParseWithLength(nul[i].doc, len);
+        assert_non_null(c); /* cJSON takes it, cut short */
+        cJSON_Delete(c);
+        cJSON *j = jsonin_parse(nul[i].doc, len, NULL, &at);
+        if (j)
+            fail_msg("accepted %s", nul[i].doc);
+        if (at != nul[i].at)
+            fail_msg("%s: stopped at %zu, expected %zu", nul[i].doc, at, nul[i].at);
+        assert_true(jsonin_nul_at(nul[i].doc, len, at));
+        assert_null(jsonin_parse_all(nul[i].doc, len, &at));
+        assert_true(jsonin_nul_at(nul[i].doc, len, at));
+    }
+    /* other failures are not taken for one */
+    static const char *const other[] = { "\"\\u000\"", "\"\\u0001", "[1,]", "\"\\x\"", "\"\\u0001\" x" };
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        size_t len = strlen(other[i]), at = 999;
+        assert_null(jsonin_parse_all(other[i], len, &at));
+        if (jsonin_nul_at(other[i], len, at))
+            fail_msg("%s: taken for a NUL at %zu", other[i], at);
+    }
+    assert_false(jsonin_nul_at("\\u0000", 6, 7));
+    assert_false(jsonin_nul_at("\\u000", 5, 0));
+    assert_false(jsonin_nul_at(NULL, 0, 0));
+    /* \u0000 written as an escaped backslash and text is no NUL */
+    cJSON *ok = jsonin_parse_all("\"\\\\u0000\"", 9, NULL);
+    assert_non_null(ok);
+    assert_string_equal(ok->valuestring, "\\u0000");
+    jsonin_free(ok);
 }
 
 /* The input need not be terminated, and the value may stop early. */
@@ -267,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_same_as_cjson),
         cmocka_unit_test(test_numbers_match_strtod),
         cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_nul_escape),
         cmocka_unit_test(test_bounds_and_end),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_parse_all),

@@ -61,6 +61,46 @@ static void test_openai_shapes(void **s) {
     free(body);
 }
 
+/* An answer whose text holds U+0000 (escaped in the body) is flagged:
+ * both readers would hand on the text cut at the NUL.  A NUL escaped
+ * inside the answer's own JSON ("\\\\u0000" in the body: an escaped
+ * backslash) is no NUL of the text, and is left to extract_json. */
+static void test_nul_in_answer(void **s) {
+    (void)s;
+    static const struct {
+        llm_provider provider;
+        const char *body;
+        int nul;
+    } cases[] = {
+        { LLM_PROVIDER_OPENAI,
+          "{\"choices\":[{\"message\":{\"content\":\"{\\\"a\\\":1}\\u0000junk\"},\"finish_reason\":\"stop\"}]}", 1 },
+        { LLM_PROVIDER_OPENAI,
+          "{\"choices\":[{\"message\":{\"content\":\"{\\\"a\\\":\\\"x\\\\u0000\\\"}\"},\"finish_reason\":\"stop\"}]}", 0 },
+        { LLM_PROVIDER_OPENAI,
+          "{\"choices\":[{\"message\":{\"content\":\"{\\\"a\\\":\\\"\\\\\\u0000\\\"}\"},\"finish_reason\":\"stop\"}]}", 1 },
+        { LLM_PROVIDER_OPENAI,
+          "{\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"stop\"}]}", 0 },
+        { LLM_PROVIDER_ANTHROPIC,
+          "{\"content\":[{\"type\":\"text\",\"text\":\"{\\\"a\\\":1}\\u0000\"}],\"stop_reason\":\"end_turn\"}", 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        llm_api_result r;
+        llm_api_parse(cases[i].provider, 200, cases[i].body, strlen(cases[i].body), &r);
+        assert_int_equal(r.category, DECIDE_CAT_OK);
+        if (r.text_nul != cases[i].nul)
+            fail_msg("%s: text_nul %d, expected %d", cases[i].body, r.text_nul, cases[i].nul);
+        llm_api_result_clear(&r);
+    }
+    /* not an answer: nothing to flag */
+    const char *refusal = "{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"no\\u0000\"},"
+                          "\"finish_reason\":\"stop\"}]}";
+    llm_api_result r;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, refusal, strlen(refusal), &r);
+    assert_int_equal(r.category, DECIDE_CAT_REFUSAL);
+    assert_int_equal(r.text_nul, 0);
+    llm_api_result_clear(&r);
+}
+
 static void test_anthropic_shapes(void **s) {
     (void)s;
     char *body = slurp("anthropic-response.json");
@@ -497,6 +537,7 @@ int main(void) {
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
         cmocka_unit_test(test_openai_scan),       cmocka_unit_test(test_anthropic_scan),
+        cmocka_unit_test(test_nul_in_answer),
     };
     return cmocka_run_group_tests_name("llm_api", tests, NULL, NULL);
 }

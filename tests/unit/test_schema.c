@@ -1067,6 +1067,22 @@ static int run_cli(char **argv, int argc, char *out, size_t outlen)
     return rc;
 }
 
+/* `retort validate SCHEMA FILE` on a FILE that is not taken as JSON:
+ * exit 1 and one NOT_JSON line with the message. */
+static void cli_not_json(const char *schema_path, const char *name, const char *text, const char *message)
+{
+    char path[256], out[4096];
+    write_file(name, text);
+    snprintf(path, sizeof path, "%s/%s", g_tmpdir, name);
+    char *argv[] = { "validate", (char *)schema_path, path };
+    assert_int_equal(run_cli(argv, 3, out, sizeof out), 1);
+    cJSON *l = cJSON_Parse(out);
+    assert_non_null(l);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l, "code")), "NOT_JSON");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l, "message")), message);
+    cJSON_Delete(l);
+}
+
 /* required checked together with properties while reporting: the missing
  * members still come first, in `required` order, then what properties
  * finds; a path longer than the formatting buffers ends in an index. */
@@ -1148,16 +1164,10 @@ static void test_validate_cli(void **state)
 
     /* read as strictly as the worker reads answers: a leading zero is not
      * JSON, and the message points at the byte */
-    char lax[256];
-    write_file("lax.json", "{\"id\":\n 01}");
-    snprintf(lax, sizeof lax, "%s/lax.json", g_tmpdir);
-    char *a6[] = { "validate", s, lax };
-    assert_int_equal(run_cli(a6, 3, out, sizeof out), 1);
-    cJSON *l3 = cJSON_Parse(out);
-    assert_non_null(l3);
-    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l3, "code")), "NOT_JSON");
-    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(l3, "message")), "not valid JSON (line 2 column 3)");
-    cJSON_Delete(l3);
+    cli_not_json(s, "lax.json", "{\"id\":\n 01}", "not valid JSON (line 2 column 3)");
+    /* a NUL in a string is refused, not validated cut short, and said so */
+    cli_not_json(s, "nul.json", "{\"id\":\"a\\u0000b\"}",
+                 "a string holds \\u0000, the NUL character, which is not supported (line 1 column 9)");
 
     char *a3[] = { "validate", badschema, ok };
     assert_int_equal(run_cli(a3, 3, out, sizeof out), 2);
