@@ -258,6 +258,16 @@ static int parse_number(jparser *x, cJSON *n)
     n->type = cJSON_Number;
     n->valuedouble = v;
     n->valueint = v >= INT_MAX ? INT_MAX : v <= (double)INT_MIN ? INT_MIN : (int)v;
+    /* The text as written (jsonin.h).  Room: k bytes of number take k + 1
+     * here, the extra one paid by the byte after the number (a delimiter
+     * or white space, which nothing else stores) or, at the very end of
+     * the text, by the block's last byte; so the string area still never
+     * runs ahead of the text before a string starts. */
+    size_t l = (size_t)(q - s);
+    memcpy(x->sp, s, l);
+    x->sp[l] = '\0';
+    n->valuestring = x->sp;
+    x->sp += l + 1;
     x->p = q;
     return 0;
 fail:

@@ -12,12 +12,16 @@
  * zeros, a bare '.', '+' or a trailing 'e'; no raw control characters in
  * strings; \u takes exactly four hex digits.  The values are cJSON's:
  * numbers are doubles (as strtod gives them) with cJSON's saturated
- * valueint, strings are unescaped into NUL-terminated UTF-8, a \u escape
- * of a lone surrogate is an error, and so is "\u0000" (in a value or a
- * key): a C string cannot hold the NUL character, and cJSON's reading, a
- * string cut short at it, would pass a changed value on without a word.
- * Duplicate keys are kept in order, and the first child's prev
- * points at the last child.  Nesting deeper than 1000 is an error, as in
+ * valueint, and keep their text as written in valuestring (cJSON leaves
+ * it NULL for numbers; cJSON_Duplicate copies it, cJSON_Print ignores
+ * it): jsonout prints that text, so a number goes out exactly as it came
+ * in, digits past a double's 17 and 1e400 included.  Strings are
+ * unescaped into NUL-terminated UTF-8, a \u escape of a lone surrogate
+ * is an error, and so is "\u0000" (in a value or a key): a C string
+ * cannot hold the NUL character, and cJSON's reading, a string cut short
+ * at it, would pass a changed value on without a word.  Duplicate keys
+ * are kept in order, and the first child's prev points at the last
+ * child.  Nesting deeper than 1000 is an error, as in
  * cJSON.  Bytes >= 0x80 are copied as they are: check UTF-8 first.
  *
  * The tree is read-only for cJSON: read it, print it, compare it,

@@ -61,7 +61,10 @@ static int value(sbuf *b, const cJSON *v, int depth) {
     case cJSON_False: return sbuf_append(b, "false", 5);
     case cJSON_True: return sbuf_append(b, "true", 4);
     case cJSON_NULL: return sbuf_append(b, "null", 4);
-    case cJSON_Number: return jsonout_number(b, v->valuedouble);
+    case cJSON_Number:
+        /* a number jsonin read (or a duplicate of one) as it was written */
+        if (v->valuestring) return sbuf_puts(b, v->valuestring);
+        return jsonout_number(b, v->valuedouble);
     case cJSON_String:
         return v->valuestring ? sbuf_json_string(b, v->valuestring, strlen(v->valuestring))
                               : sbuf_append(b, "\"\"", 2);

@@ -1,10 +1,15 @@
 /* jsonout.h - prints cJSON values as compact JSON text, fast.
  *
  * The output is byte for byte what cJSON_PrintUnformatted gives (same
- * escapes, same number forms), so the two can be mixed freely; it is
- * cheaper because it writes into one growable buffer and formats numbers
- * without cJSON's sprintf + sscanf round trip: integers are written
- * digit by digit, and other doubles are checked with strtod. */
+ * escapes, same number forms), so the two can be mixed freely, with one
+ * exception: a number node that carries its text in valuestring (jsonin
+ * keeps each number's text there) is printed as that text, so a value
+ * read with jsonin goes out with its numbers as they were written, where
+ * cJSON would print the double (12345678901234567890 as
+ * 1.2345678901234567e+19, 1e400 as null).  It is cheaper because it
+ * writes into one growable buffer and formats numbers without cJSON's
+ * sprintf + sscanf round trip: integers are written digit by digit, and
+ * other doubles are checked with strtod. */
 #ifndef RETORT_JSONOUT_H
 #define RETORT_JSONOUT_H
 

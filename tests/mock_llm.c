@@ -34,6 +34,8 @@
  *                  applies to missing_field, wrong_type, invalid_value,
  *                  extra_field and not_json; the other defects are simply
  *                  valid after `until`
+ *   answer_b64=B64 the answer's text is B64 decoded (exact bytes, up to
+ *                  767 of them; no defect applies)
  *   latency_ms=N jitter_ms=N
  *   http=STATUS times=K retry_after=S retry_after_ms=N should_retry=true|false
  *   hang=1         never answer; the peer is checked every second and the
@@ -1555,6 +1557,7 @@ typedef struct directives {
     long times; /* -1: every call */
     long retry_after, retry_after_ms;
     char should_retry[8];
+    char answer[768]; /* answer_b64, decoded; "" = none */
     int hang;
     int bad; /* an unknown key or value: answered 400 so tests notice */
     char bad_what[96];
@@ -1573,6 +1576,33 @@ static int parse_dir_long(const char *v, long *out)
     return 0;
 }
 
+/* Standard base64 (padding optional) into out (NUL-terminated); -1 on a
+ * bad character or when it does not fit. */
+static int b64_decode(const char *in, char *out, size_t cap)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned acc = 0;
+    int bits = 0;
+    size_t n = 0;
+
+    for (; *in && *in != '='; in++) {
+        const char *c = strchr(abc, *in);
+
+        if (!c)
+            return -1;
+        acc = (acc << 6) | (unsigned)(c - abc);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n + 1 >= cap)
+                return -1;
+            out[n++] = (char)((acc >> bits) & 0xFF);
+        }
+    }
+    out[n] = '\0';
+    return 0;
+}
+
 static void directives_parse(const char *text, directives *d)
 {
     const char *p, *end;
@@ -1587,7 +1617,7 @@ static void directives_parse(const char *text, directives *d)
     if (!end)
         end = p + strlen(p);
     while (p < end) {
-        char key[32], val[256];
+        char key[32], val[1024];
         const char *tok, *eq;
         size_t kl, vl;
         long n = 0;
@@ -1618,8 +1648,11 @@ static void directives_parse(const char *text, directives *d)
                     d->defect = (enum defect)i;
             if (d->defect == D_NONE)
                 goto bad;
+        } else if (!strcmp(key, "answer_b64")) {
+            if (b64_decode(val, d->answer, sizeof(d->answer)))
+                goto bad;
         } else if (!strcmp(key, "field")) {
-            snprintf(d->field, sizeof(d->field), "%s", val);
+            snprintf(d->field, sizeof(d->field), "%.255s", val);
         } else if (!strcmp(key, "repair")) {
             d->repair = strcmp(val, "0") != 0 && strcmp(val, "off") != 0 && strcmp(val, "false") != 0;
         } else if (!strcmp(key, "should_retry")) {
@@ -2377,6 +2410,11 @@ static void llm_answer(const llm_in *in, answer *a)
     }
     printed = jsonout_print(inst);
     text = printed ? printed : "{}";
+    if (d.answer[0]) {
+        text = d.answer;
+        active = 0;
+        snprintf(a->defect, sizeof(a->defect), "%s", "");
+    }
     if (active) {
         mbuf b = {0};
 

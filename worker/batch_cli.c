@@ -14,6 +14,8 @@
 #include "batch_report.h"
 #include "batch_submit.h"
 #include "batch_util.h"
+#include "jsonin.h"
+#include "jsonout.h"
 #include "util.h"
 
 /* ---- watch ---------------------------------------------------------------- */
@@ -296,8 +298,10 @@ static int results_build(redisContext *c, size_t i, void *ud) {
     return redisAppendCommand(c, "LINDEX %s -1", hkey) == REDIS_OK ? 0 : -1;
 }
 
+/* jsonout, not cJSON's printer: the record was read with jsonin, so the
+ * output's numbers go out as the model wrote them. */
 static int write_line(FILE *f, cJSON *obj) {
-    char *s = cJSON_PrintUnformatted(obj);
+    char *s = jsonout_print(obj);
     int rc = s && fputs(s, f) >= 0 && fputc('\n', f) != EOF ? 0 : -1;
     free(s);
     return rc;
@@ -316,7 +320,7 @@ static int results_reply(size_t i, redisReply **r, void *ud, char *err, size_t e
     int is_final = status && !strcmp(status, "final");
     int is_esc = status && !strcmp(status, "escalated");
     cJSON *rec = (is_final || is_esc) && r[1]->type == REDIS_REPLY_STRING
-                     ? cJSON_ParseWithLength(r[1]->str, r[1]->len) : NULL;
+                     ? jsonin_parse_all(r[1]->str, r[1]->len, NULL) : NULL;
     if (!rec) {
         /* running, retrying, never started, expired, or no record */
         if (status) rc->running++;
@@ -352,8 +356,8 @@ static int results_reply(size_t i, redisReply **r, void *ud, char *err, size_t e
             rc->escalations++;
         }
     }
-    cJSON_Delete(line);
-    cJSON_Delete(rec);
+    cJSON_Delete(line); /* references into rec only */
+    jsonin_free(rec);
     if (failed) {
         snprintf(err, errlen, "writing the results: %s", strerror(errno));
         return -1;

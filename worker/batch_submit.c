@@ -16,6 +16,7 @@
 #include "batch_tally.h"
 #include "batch_util.h"
 #include "jsonin.h"
+#include "jsonout.h"
 #include "schema.h"
 #include "util.h"
 
@@ -199,19 +200,22 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
         line_error(sc, line, "not UTF-8");
         return 0;
     }
-    /* cJSON would cut the string at the NUL and the job would go out
-     * with a changed prompt: refuse it, as the worker would (job.c). */
-    if (memmem(text, len, "\\u0000", 6)) {
-        size_t at = 0;
-        cJSON *strict = jsonin_parse_all(text, len, &at);
-        if (!strict && jsonin_nul_at(text, len, at)) {
-            line_error(sc, line, "a string holds \\u0000 (the NUL character), which is not accepted (column %zu)",
-                       at + 1);
-            return 0;
-        }
-        jsonin_free(strict);
+    /* Read as the worker reads jobs (jsonin: strict JSON, numbers kept as
+     * written, a NUL refused rather than cut at), then copied into a tree
+     * cJSON may edit; jsonout prints the numbers' text. */
+    size_t at = 0;
+    cJSON *strict = jsonin_parse_all(text, len, &at);
+    if (!strict && jsonin_nul_at(text, len, at)) {
+        line_error(sc, line, "a string holds \\u0000 (the NUL character), which is not accepted (column %zu)",
+                   at + 1);
+        return 0;
     }
-    cJSON *doc = cJSON_ParseWithOpts(text, NULL, 1);
+    cJSON *doc = strict ? cJSON_Duplicate(strict, 1) : NULL;
+    if (strict && !doc) {
+        jsonin_free(strict);
+        goto oom;
+    }
+    jsonin_free(strict);
     char idbuf[256];
     if (!doc || !cJSON_IsObject(doc)) {
         line_error(sc, line, "not a JSON object%s", doc ? "" : " (not JSON)");
@@ -251,7 +255,7 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
         }
         schema_violations_clear(&v);
     }
-    char *json = cJSON_PrintUnformatted(doc);
+    char *json = jsonout_print(doc);
     char *id = strdup(idbuf);
     cJSON_Delete(doc);
     if (!json || !id || sub_jobs_push(&sc->jobs, id, json, line)) {
@@ -596,7 +600,10 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
     if (r[0]->type != REDIS_REPLY_STRING || (strcmp(r[0]->str, "escalated") && strcmp(r[0]->str, "resubmitted")))
         return 0;
     rc->candidates++;
-    cJSON *doc = r[1]->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r[1]->str, r[1]->len) : NULL;
+    /* as submit_line reads a job: numbers stay as written */
+    cJSON *in = r[1]->type == REDIS_REPLY_STRING ? jsonin_parse_all(r[1]->str, r[1]->len, NULL) : NULL;
+    cJSON *doc = in ? cJSON_Duplicate(in, 1) : NULL;
+    jsonin_free(in);
     if (!cJSON_IsObject(doc)) {
         rc->missing_input++;
         fprintf(stderr, "retort resubmit: job %s: its input is missing from the batch; skipped\n",
@@ -611,7 +618,7 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
         cJSON_DeleteItemFromObjectCaseSensitive(doc, "max_attempts");
         cJSON_AddNumberToObject(doc, "max_attempts", rc->max_attempts);
     }
-    char *json = cJSON_PrintUnformatted(doc);
+    char *json = jsonout_print(doc);
     char *id = strdup(rc->ids->ids[i]);
     cJSON_Delete(doc);
     if (!json || !id || sub_jobs_push(&rc->jobs, id, json, (long)i + 1)) {

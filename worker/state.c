@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonin.h"
 #include "log.h"
 #include "util.h"
 
@@ -297,7 +298,8 @@ static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t b
 static void complete(state_op *op, const redisReply *r) {
     state_reply rep = {0};
     rep.status = "";
-    cJSON *history = NULL;
+    cJSON *history = NULL, **recs = NULL;
+    size_t nrecs = 0;
     char err[256], status[32];
     if (r->type == REDIS_REPLY_ERROR) {
         snprintf(err, sizeof(err), "redis: %s", r->str);
@@ -308,11 +310,17 @@ static void complete(state_op *op, const redisReply *r) {
         rep.verdict = STATE_ERROR;
         rep.error = "redis: unexpected script reply";
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements > 1) {
+        /* Read with jsonin, so that an outcome produced again from its
+         * record carries the numbers of the answer as they were written
+         * (jsonin.h); the array holds references to the records. */
         history = cJSON_CreateArray();
-        for (size_t i = 1; i < r->elements; i++) {
+        recs = calloc(r->elements, sizeof(*recs));
+        for (size_t i = 1; history && recs && i < r->elements; i++) {
             if (r->element[i]->type != REDIS_REPLY_STRING) continue;
-            cJSON *rec = cJSON_ParseWithLength(r->element[i]->str, r->element[i]->len);
-            if (rec) cJSON_AddItemToArray(history, rec);
+            cJSON *rec = jsonin_parse_all(r->element[i]->str, r->element[i]->len, NULL);
+            if (!rec) continue;
+            recs[nrecs++] = rec;
+            cJSON_AddItemReferenceToArray(history, rec);
         }
         rep.history = history;
     }
@@ -330,6 +338,8 @@ static void complete(state_op *op, const redisReply *r) {
             log_warn(id, 0, "recording a delivered outcome failed: %s", rep.error);
     }
     cJSON_Delete(history);
+    for (size_t i = 0; i < nrecs; i++) jsonin_free(recs[i]);
+    free(recs);
 }
 
 static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {

@@ -1,6 +1,7 @@
 """The batch commands against the real stack: retort submit, watch, results,
 resubmit and report, checked against the events the workers produced, the
 mock LLM's call counts and Redis."""
+import base64
 import collections
 import errno
 import fcntl
@@ -134,6 +135,40 @@ def test_submit_produces_every_line_in_order(stack):
     p = retort(stack, "submit", path, "--batch", "mine-1")
     assert p.returncode == 2 and "exists already" in p.stderr
     assert len(stack.consume("retort.jobs")) == 12
+
+
+def test_numbers_go_out_as_they_were_written(stack):
+    """Numbers a double cannot hold (more digits than 17, 1e400) or would
+    print differently (1e2, 0.10) reach every output exactly as written:
+    the job's metadata in the events, the model's answer in the final
+    event, the attempt record and `retort results`.  Read as cJSON reads
+    numbers, 12345678901234567890 went out as 1.2345678901234567e+19
+    and 1e400 as null."""
+    answer = ('{"name": "Bulk order", "sku": "ABC-1234", "price": 99999.12345678901234567,\n'
+              ' "currency": "USD", "category": "toys", "in_stock": true, "tags": ["bulk"],\n'
+              ' "dimensions": {"width_cm": 1e2, "height_cm": 0.10, "depth_cm": 12345678901234567890}}')
+    b64 = base64.b64encode(answer.encode()).decode().rstrip("=")
+    out_min = re.sub(r"\s+(?=(?:[^\"]*\"[^\"]*\")*[^\"]*$)", "", answer)  # white space outside strings
+    meta = '{"order_id": 12345678901234567890, "big": 1e400, "ratio": 0.1000}'
+    path = os.path.join(stack.dir, "numbers.jsonl")
+    with open(path, "w") as f:
+        f.write('{"job_id": "num-1", "schema": "product.v1", "prompt": "Bulk. [[mock answer_b64=%s]]", '
+                '"metadata": %s}\n' % (b64, meta))
+    stack.start_worker()
+    batch, n = submit(stack, path, "--batch", "numbers")
+    assert n == 1
+    wait_done(stack, batch)
+    stack.wait_outcomes(["num-1"])  # Redis says final before Kafka has the event
+    (fin,) = [m for m in stack.consume("retort.final") if m["key"] == "num-1"]
+    raw = fin["payload"]
+    assert '"metadata":{"order_id":12345678901234567890,"big":1e400,"ratio":0.1000}' in raw, raw
+    assert '"output":%s' % out_min in raw, raw
+    rec = stack.redis_client().lindex("retort:job:{num-1}:history", -1)
+    assert '"value":%s' % out_min in rec, rec
+    out = os.path.join(stack.dir, "numbers.out.jsonl")
+    p = retort(stack, "results", batch, "-o", out)
+    assert p.returncode == 0, p.stderr
+    assert open(out).read() == '{"job_id":"num-1","output":%s,"attempts":1}\n' % out_min
 
 
 def test_submit_generates_a_batch_id(stack):

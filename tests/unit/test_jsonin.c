@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "jsonin.h"
+#include "jsonout.h"
 
 /* Same shape, types, keys, strings and numbers (bit for bit), and the
  * same sibling links (the first child's prev is the last child). */
@@ -22,7 +23,12 @@ static void same_tree(const cJSON *a, const cJSON *b, const char *doc)
         fail_msg("%s: valueint %d vs %d", doc, a->valueint, b->valueint);
     if (memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) != 0)
         fail_msg("%s: valuedouble %.17g vs %.17g", doc, a->valuedouble, b->valuedouble);
-    if (!a->valuestring != !b->valuestring || (a->valuestring && strcmp(a->valuestring, b->valuestring)))
+    /* a number's text (b is jsonin's: it keeps it, cJSON does not) */
+    if ((b->type & 0xFF) == cJSON_Number) {
+        if (a->valuestring || !b->valuestring || strtod(b->valuestring, NULL) != b->valuedouble)
+            fail_msg("%s: number text \"%s\" for %.17g", doc, b->valuestring ? b->valuestring : "(null)",
+                     b->valuedouble);
+    } else if (!a->valuestring != !b->valuestring || (a->valuestring && strcmp(a->valuestring, b->valuestring)))
         fail_msg("%s: valuestring \"%s\" vs \"%s\"", doc, a->valuestring ? a->valuestring : "(null)",
                  b->valuestring ? b->valuestring : "(null)");
     if (!a->string != !b->string || (a->string && strcmp(a->string, b->string)))
@@ -152,6 +158,60 @@ static void test_rejects(void **s)
         if (at != bad[i].at)
             fail_msg("\"%s\": stopped at %zu, expected %zu", bad[i].doc, at, bad[i].at);
         assert_null(end);
+    }
+}
+
+/* Each number keeps its text as written, and jsonout prints it so: what
+ * a double cannot hold (more than 17 digits, 1e400, trailing zeros) comes
+ * out as it went in, where cJSON prints the double.  A duplicate keeps
+ * it, and cJSON's own printer ignores it. */
+static void test_number_text(void **s)
+{
+    (void)s;
+    const char *doc = "{\"id\":12345678901234567890,\"n\":[9007199254740993,1e400,-0,1.50,2E-3,0.1],"
+                      "\"x\":-1.0e+2}";
+    cJSON *j = jsonin_parse_all(doc, strlen(doc), NULL);
+    assert_non_null(j);
+    char *out = jsonout_print(j);
+    assert_string_equal(out, doc);
+    free(out);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+    assert_string_equal(id->valuestring, "12345678901234567890");
+    assert_true(id->valuedouble == 12345678901234567890.0);
+    cJSON *dup = cJSON_Duplicate(j, 1);
+    out = jsonout_print(dup);
+    assert_string_equal(out, doc);
+    free(out);
+    char *c = cJSON_PrintUnformatted(dup);
+    assert_non_null(strstr(c, "\"id\":1.2345678901234567e+19"));
+    free(c);
+    cJSON_Delete(dup); /* frees the copied texts: ASan checks */
+    /* a tree cJSON built prints as before */
+    cJSON *built = cJSON_CreateNumber(12345678901234567890.0);
+    out = jsonout_print(built);
+    assert_string_equal(out, "1.2345678901234567e+19");
+    free(out);
+    cJSON_Delete(built);
+    jsonin_free(j);
+    /* the string area holds the texts too: numbers only, back to back,
+     * with the last one at the very end of the input */
+    const char *nums[] = { "7", "-12.5e-3", "[1,2,3]", "[1e1,22,333,4444]", "[[0],-0.0]", " 42 " };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        size_t len = strlen(nums[i]);
+        char *t = malloc(len); /* unterminated: ASan sees a read past it */
+        memcpy(t, nums[i], len);
+        cJSON *v = jsonin_parse_all(t, len, NULL);
+        assert_non_null(v);
+        out = jsonout_print(v);
+        char want[64];
+        size_t a = strspn(nums[i], " "), l = strlen(nums[i] + a);
+        while (l && nums[i][a + l - 1] == ' ')
+            l--;
+        snprintf(want, sizeof want, "%.*s", (int)l, nums[i] + a);
+        assert_string_equal(out, want);
+        free(out);
+        jsonin_free(v);
+        free(t);
     }
 }
 
@@ -316,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_numbers_match_strtod),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_nul_escape),
+        cmocka_unit_test(test_number_text),
         cmocka_unit_test(test_bounds_and_end),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_parse_all),
