@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonin.h"
 #include "jsonout.h"
 #include "util.h"
 
@@ -203,4 +204,76 @@ cJSON *events_dead_letter(const char *reason, const cJSON *violations, const cha
     util_rfc3339(wall_ms, ts, sizeof(ts));
     cJSON_AddStringToObject(ev, "received_at", ts);
     return ev;
+}
+
+/* Members at most this long are always kept: ids, counts, reasons (at
+ * most 256 bytes each), the usage. */
+#define FIT_KEEP_BYTES 1024
+
+int events_fit(char **text, size_t limit) {
+    size_t len = strlen(*text);
+    if (len <= limit) return 0;
+    int rc = -1;
+    cJSON *in = jsonin_parse_all(*text, len, NULL), *out = NULL, *omitted = NULL;
+    size_t n = 0, *sizes = NULL;
+    char *fitted = NULL;
+    if (!cJSON_IsObject(in)) goto cleanup;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, in) n++;
+    if (!(sizes = calloc(n ? n : 1, sizeof(*sizes)))) goto cleanup;
+    /* each member's printed size, then the largest ones out until the
+     * rest (and the note of what went) fits */
+    size_t i = 0, total = len, note = 16;
+    cJSON_ArrayForEach(m, in) {
+        sbuf b = {0};
+        if (jsonout_value(&b, m)) {
+            sbuf_free(&b);
+            goto cleanup;
+        }
+        sizes[i++] = b.len + strlen(m->string) + 4;
+        sbuf_free(&b);
+    }
+    unsigned char *gone = calloc(n ? n : 1, 1);
+    if (!gone) goto cleanup;
+    while (total + note > limit) {
+        size_t best = n;
+        for (i = 0; i < n; i++)
+            if (!gone[i] && sizes[i] > FIT_KEEP_BYTES && (best == n || sizes[i] > sizes[best])) best = i;
+        if (best == n) break;
+        gone[best] = 1;
+        total -= sizes[best];
+        note += 40;
+    }
+    if (total + note <= limit && (out = cJSON_CreateObject()) && (omitted = cJSON_CreateObject())) {
+        i = 0;
+        cJSON_ArrayForEach(m, in) {
+            if (gone[i]) {
+                cJSON_AddNumberToObject(omitted, m->string, (double)(sizes[i] - strlen(m->string) - 4));
+            } else if (!strcmp(m->string, "omitted") && cJSON_IsObject(m)) {
+                /* fitted before (to a limit that proved too high): keep its note */
+                const cJSON *o;
+                cJSON_ArrayForEach(o, m) cJSON_AddItemReferenceToObject(omitted, o->string, (cJSON *)o);
+            } else {
+                cJSON_AddItemReferenceToObject(out, m->string, (cJSON *)m);
+            }
+            i++;
+        }
+        cJSON_AddItemToObject(out, "omitted", omitted);
+        omitted = NULL;
+        fitted = jsonout_print(out);
+        if (fitted && strlen(fitted) <= limit) {
+            free(*text);
+            *text = fitted;
+            fitted = NULL;
+            rc = 0;
+        }
+    }
+    free(gone);
+cleanup:
+    free(fitted);
+    free(sizes);
+    cJSON_Delete(omitted);
+    cJSON_Delete(out);
+    jsonin_free(in);
+    return rc;
 }

@@ -64,4 +64,15 @@ cJSON *events_dead_letter(const char *reason, const cJSON *violations, const cha
                           const char *topic, int32_t partition, int64_t offset, const char *key,
                           size_t key_len, const char *value, size_t value_len, int64_t wall_ms);
 
+/* An event (final, escalation or dead letter; not a retry job, which
+ * must stay a job) made to fit in limit bytes: when *text (taken and
+ * replaced) is longer, its largest top-level members (output, metadata,
+ * history, the dead message's value...) are left out, largest first,
+ * until it fits, and "omitted" names each one with its size in bytes:
+ * {"omitted":{"output":1048576}}.  The parts left out stay where they
+ * came from (the attempt records and the batch input in Redis).  Returns
+ * 0 when *text fits (changed or not), -1 when it cannot be made to fit or
+ * memory ran out (*text unchanged). */
+int events_fit(char **text, size_t limit);
+
 #endif

@@ -39,6 +39,7 @@ struct kafka_io {
     uv_timer_t keepalive;
     uint64_t last_poll_ms;
     uint64_t keepalive_ms;
+    size_t max_message; /* the producer's message.max.bytes */
     int hold_paused;            /* partitions paused by the keepalive */
     /* The group's rebalance protocol, as learnt at the last assignment:
      * while the consumer closes, asking librdkafka (an op request to the
@@ -353,6 +354,11 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     rd_kafka_conf_set_error_cb(pconf, error_cb);
     rd_kafka_conf_set_dr_msg_cb(pconf, dr_cb);
     rd_kafka_conf_set_opaque(pconf, k);
+    char mmb[32];
+    size_t mmb_len = sizeof(mmb);
+    k->max_message = 1000000;
+    if (rd_kafka_conf_get(pconf, "message.max.bytes", mmb, &mmb_len) == RD_KAFKA_CONF_OK && atol(mmb) > 0)
+        k->max_message = (size_t)atol(mmb);
 
     k->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cconf, errstr, sizeof(errstr));
     if (!k->consumer) {
@@ -468,7 +474,7 @@ int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char
     if (e) {
         rd_kafka_headers_destroy(hdrs); /* not taken on failure */
         snprintf(err, errlen, "produce to %s: %s", topic, rd_kafka_err2str(e));
-        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? 1 : -1;
+        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? 1 : e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? 2 : -1;
     }
     return 0;
 }
@@ -498,6 +504,8 @@ void kafka_io_resume(kafka_io *k) {
 }
 
 int kafka_io_paused(const kafka_io *k) { return k->paused; }
+
+size_t kafka_io_max_message(const kafka_io *k) { return k->max_message; }
 
 void kafka_io_stop_consuming(kafka_io *k) {
     kafka_io_pause(k);

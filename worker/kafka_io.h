@@ -37,7 +37,10 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
 void kafka_io_free(kafka_io *k, int timeout_ms);
 
 /* Produces value (borrowed, copied) to topic with key and headers.  0 =
- * queued; the delivery report calls on_delivery(opaque). */
+ * queued, the delivery report calls on_delivery(opaque); 1 = the queue
+ * is full (try again soon); 2 = the message is larger than the
+ * producer's message.max.bytes (it never will go: make it smaller);
+ * -1 = another error (err says which). */
 int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char *value,
                      size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
                      char *err, size_t errlen);
@@ -50,6 +53,9 @@ void kafka_io_store(kafka_io *k, int32_t partition, int64_t offset);
 void kafka_io_pause(kafka_io *k);
 void kafka_io_resume(kafka_io *k);
 int kafka_io_paused(const kafka_io *k);
+/* The producer's message.max.bytes: what a message (value, key and
+ * headers) may take at most. */
+size_t kafka_io_max_message(const kafka_io *k);
 /* Drains the consumer queue now (after resume, or when the worker has room
  * again for a held message). */
 void kafka_io_poll(kafka_io *k);

@@ -103,6 +103,7 @@ typedef struct wjob {
     int text_nul;            /* the answer held U+0000: text may be cut short */
     cJSON *value;
     cJSON *violations;
+    size_t fit_limit;        /* the event's size cap after Kafka refused it as too large; 0 = none */
     char *value_text;        /* value printed: the record's and the final event's */
     size_t value_len;
     char *rec;               /* this attempt's record, JSON text */
@@ -309,6 +310,29 @@ static void job_done(wjob *j) {
 
 static void produce_retry_timer(uv_timer_t *t) { produce_outcome(t->data); }
 
+/* A final, escalation or dead-letter event larger than a Kafka message
+ * may be (message.max.bytes here, or less at the broker: fit_limit) would
+ * be refused on every try, holding its partition's commits back for good:
+ * it goes out without its largest parts instead, which the event names
+ * (events_fit).  A retry job is kept within retry.max_message_bytes when
+ * it is built. */
+static void fit_event(wjob *j, const char *key, const kafka_io_header *hdrs, int nhdrs) {
+    worker *w = j->w;
+    size_t over = 512 + (key ? strlen(key) : 0), max = kafka_io_max_message(w->kio);
+    for (int i = 0; i < nhdrs; i++) over += strlen(hdrs[i].name) + strlen(hdrs[i].value);
+    size_t limit = max > over ? max - over : 0, len = strlen(j->ev_value);
+    if (j->fit_limit && j->fit_limit < limit) limit = j->fit_limit;
+    if (len <= limit) return;
+    if (events_fit(&j->ev_value, limit) == 0)
+        log_warn(j->job.job_id, j->ev_attempt,
+                 "the %s event (%zu bytes) is larger than a Kafka message may be (%zu): produced without "
+                 "its largest parts (%zu bytes; its \"omitted\" names them)",
+                 events_ce_type(j->ev_type), len, limit, strlen(j->ev_value));
+    else
+        log_error(j->job.job_id, j->ev_attempt, "the %s event (%zu bytes) cannot be cut to %zu bytes",
+                  events_ce_type(j->ev_type), len, limit);
+}
+
 static void produce_outcome(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_PRODUCE;
@@ -326,8 +350,15 @@ static void produce_outcome(wjob *j) {
         exit(3);
     }
     const char *key = j->is_dlq ? j->msg_key : j->job.job_id;
+    if (j->ev_type != EVENT_RETRY) fit_event(j, key, hdrs, 7);
     int rc = kafka_io_produce(w->kio, j->ev_topic, key, j->ev_value, strlen(j->ev_value), hdrs, 7,
                               j, err, sizeof(err));
+    if (rc == 2 && j->ev_type != EVENT_RETRY) {
+        /* our estimate of librdkafka's overhead was short: halve and go on */
+        j->fit_limit = strlen(j->ev_value) / 2;
+        uv_timer_start(&j->timer, produce_retry_timer, 0, 0);
+        return;
+    }
     if (rc) {
         /* Queue full or a transient client state: try again shortly; the
          * message stays uncommitted meanwhile, so nothing is lost. */
@@ -339,6 +370,7 @@ static void produce_outcome(wjob *j) {
 static void set_event(wjob *j, event_type type, const char *topic, int attempt, cJSON *ev_doc,
                       char *ev_text) {
     free(j->ev_value);
+    j->fit_limit = 0;
     j->ev_type = type;
     j->ev_topic = topic;
     j->ev_attempt = attempt;
@@ -353,6 +385,9 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     if (err) {
         log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed: %s; producing again",
                  j->ev_topic, rd_kafka_err2str(err));
+        /* the broker takes less than our message.max.bytes: cut harder */
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && j->ev_type != EVENT_RETRY)
+            j->fit_limit = strlen(j->ev_value) / 2;
         uv_timer_start(&j->timer, produce_retry_timer, 500, 0);
         return;
     }
@@ -1566,6 +1601,9 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
         log_error(NULL, 0, "%s", err);
         goto out;
     }
+    /* a retry job above the producer's own limit would be refused forever */
+    size_t max_msg = kafka_io_max_message(w->kio);
+    if (max_msg > 8192 && w->retry_max_bytes > max_msg - 4096) w->retry_max_bytes = max_msg - 4096;
     int mport = (int)config_get_int(cfg, "metrics.port");
     if (mport > 0) {
         w->http = http_server_new(w->loop, config_get(cfg, "metrics.host"), mport + slot, http_handle, w, err,

@@ -257,6 +257,44 @@ def test_malformed_jobs_go_to_dlq_and_work_continues(stack, envelopes):
     assert "promt" in json.dumps(reasons["typo"])
 
 
+def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stack, envelopes):
+    """With the producer's message.max.bytes at 20,000: a 30 KB message
+    that is not UTF-8 (its dead letter would carry 40 KB of base64) and a
+    job with 25 KB of metadata (echoed in its final event).  Refused by
+    Kafka on every try, such an event held its message, and every later
+    offset of the partition, for good.  Now each goes out without its
+    largest member, named in "omitted", and the offsets are committed."""
+    w = stack.start_worker("--set", "kafka.producer.message.max.bytes=20000")
+    bin_id, meta_id, after = uid("big-bin"), uid("big-meta"), uid("after-big")
+    stack.produce("retort.jobs", [(bin_id, b'{"job_id":"x' + b"\xff" * 30000 + b'"}')])
+    stack.produce_jobs([job(meta_id, metadata={"notes": "n" * 25000}), job(after)])
+    stack.wait_outcomes([meta_id, after])
+    deadline = time.time() + 20
+    while time.time() < deadline and not stack.consume("retort.dlq"):
+        time.sleep(0.3)
+    (dlq,) = [m for m in stack.consume("retort.dlq") if m["key"] == bin_id]
+    ev = dlq["value"]
+    envelopes.validate("events/dead_letter.schema.json", ev)
+    assert "UTF-8" in ev["reason"] and "value_base64" not in ev
+    assert ev["omitted"]["value_base64"] > 40000 and len(dlq["payload"]) < 20000
+    (fin,) = [m for m in stack.consume("retort.final") if m["key"] == meta_id]
+    ev = fin["value"]
+    envelopes.validate("events/final.schema.json", ev)
+    assert "metadata" not in ev and ev["omitted"] == {"metadata": len('{"notes":""}') + 25000}
+    envelopes.validate("output/product.v1.json", ev["output"])
+    # the record in Redis and the job's input keep everything
+    assert stack.redis_client().hget("retort:job:{%s}" % meta_id, "status") == "final"
+    assert "larger than a Kafka message may be" in stack.worker_log(w.name)
+    # every message was acknowledged: a drain has nothing to wait for, and
+    # a new member of the group does not see any of them again
+    assert stack.stop_worker(w) == 0
+    before = stack.llm_stats()["requests"]
+    stack.start_worker(name="w-next")
+    time.sleep(6)
+    assert stack.llm_stats()["requests"] == before
+    assert len(stack.consume("retort.dlq")) == 1
+
+
 def test_duplicate_message_is_not_processed_twice(stack):
     w = stack.start_worker()
     jid = uid("dup")

@@ -167,11 +167,66 @@ static void test_header_ids(void **s) {
     }
 }
 
+/* An event too large for a Kafka message loses its largest members,
+ * largest first, until it fits, and names them with their sizes; small
+ * members always stay, numbers keep their text, and a second fit (to a
+ * lower limit) keeps the first one's note. */
+static void test_fit(void **s) {
+    (void)s;
+    char *big = malloc(60001), *meta = malloc(3001);
+    memset(big, 'x', 60000);
+    big[60000] = '\0';
+    memset(meta, 'm', 3000);
+    meta[3000] = '\0';
+    size_t cap = 70000;
+    char *text = malloc(cap);
+    snprintf(text, cap,
+             "{\"job_id\":\"j-1\",\"attempt\":2,\"attempts\":2,\"output\":{\"text\":\"%s\"},"
+             "\"usage\":{\"prompt_tokens\":12345678901234567890},\"metadata\":{\"note\":\"%s\"},"
+             "\"summary\":[{\"attempt\":1}]}",
+             big, meta);
+    size_t out_bytes = strlen(big) + strlen("{\"text\":\"\"}"), meta_bytes = strlen(meta) + strlen("{\"note\":\"\"}");
+    char *same = text;
+    assert_int_equal(events_fit(&text, strlen(text)), 0); /* fits: untouched */
+    assert_ptr_equal(text, same);
+
+    assert_int_equal(events_fit(&text, 10000), 0);
+    assert_true(strlen(text) <= 10000);
+    cJSON *ev = cJSON_Parse(text);
+    assert_non_null(ev);
+    assert_null(get(ev, "output"));
+    assert_non_null(get(ev, "metadata")); /* it fits once the output is out */
+    assert_int_equal((size_t)get(get(ev, "omitted"), "output")->valuedouble, out_bytes);
+    assert_string_equal(get(ev, "job_id")->valuestring, "j-1");
+    assert_non_null(strstr(text, "\"prompt_tokens\":12345678901234567890"));
+    cJSON_Delete(ev);
+
+    /* lower still: the metadata goes too, the output's note stays */
+    assert_int_equal(events_fit(&text, 1000), 0);
+    assert_true(strlen(text) <= 1000);
+    ev = cJSON_Parse(text);
+    assert_null(get(ev, "metadata"));
+    assert_int_equal((size_t)get(get(ev, "omitted"), "output")->valuedouble, out_bytes);
+    assert_int_equal((size_t)get(get(ev, "omitted"), "metadata")->valuedouble, meta_bytes);
+    assert_non_null(get(ev, "summary")); /* small: kept */
+    assert_int_equal(cJSON_GetArraySize(get(ev, "omitted")), 2);
+    cJSON_Delete(ev);
+
+    /* what is left cannot be cut: refused, unchanged */
+    same = text;
+    assert_int_equal(events_fit(&text, 40), -1);
+    assert_ptr_equal(text, same);
+    free(text);
+    free(big);
+    free(meta);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_ids),
         cmocka_unit_test(test_final_from_history),
         cmocka_unit_test(test_final_last_as_parts),
+        cmocka_unit_test(test_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
