@@ -1796,6 +1796,18 @@ static cJSON *first_string(cJSON *v)
 
 #define NUL_MARK "@@nul-char@@"
 
+/* Turns the first NUL_MARK in s (printed as it is, being plain ASCII)
+ * into the escape \u0000, in place: the nul_char and nul_text defects. */
+static void nul_mark_to_escape(char *s)
+{
+    char *m = s ? strstr(s, NUL_MARK) : NULL;
+
+    if (!m)
+        return;
+    memcpy(m, "\\u0000", 6);
+    memmove(m + 6, m + strlen(NUL_MARK), strlen(m + strlen(NUL_MARK)) + 1);
+}
+
 /* A value of another type than v (the wrong_type defect). */
 static cJSON *wrong_type_value(const cJSON *v)
 {
@@ -2409,6 +2421,8 @@ static void llm_answer(const llm_in *in, answer *a)
         }
     }
     printed = jsonout_print(inst);
+    if (active && d.defect == D_NUL_CHAR)
+        nul_mark_to_escape(printed);
     text = printed ? printed : "{}";
     if (d.answer[0]) {
         text = d.answer;
@@ -2441,17 +2455,6 @@ static void llm_answer(const llm_in *in, answer *a)
             sb_adds(&b, NUL_MARK);
             text = owned = b.p;
             break;
-        case D_NUL_CHAR: {
-            /* the mark, printed as it is, becomes the escape */
-            const char *m = strstr(text, NUL_MARK);
-            if (!m)
-                break;
-            sb_add(&b, text, (size_t)(m - text));
-            sb_adds(&b, "\\u0000");
-            sb_adds(&b, m + strlen(NUL_MARK));
-            text = owned = b.p;
-            break;
-        }
         case D_TRUNCATED:
             sb_add(&b, text, strlen(text) / 2);
             text = owned = b.p ? b.p : "";
@@ -2461,14 +2464,8 @@ static void llm_answer(const llm_in *in, answer *a)
         }
     }
     success_body(a, in->api, req, text, refusal, cut, c.content_bytes);
-    if (active && d.defect == D_NUL_TEXT && a->body) {
-        /* the mark, printed into the body as it is, becomes the escape */
-        char *m = strstr(a->body, NUL_MARK);
-        if (m) {
-            memcpy(m, "\\u0000", 6);
-            memmove(m + 6, m + strlen(NUL_MARK), strlen(m + strlen(NUL_MARK)) + 1);
-        }
-    }
+    if (active && d.defect == D_NUL_TEXT)
+        nul_mark_to_escape(a->body); /* in the body: an escape of the text's JSON string */
 
 done:
     free(owned);

@@ -190,6 +190,17 @@ static void line_error(submit_ctx *sc, long line, const char *fmt, ...) {
     fprintf(stderr, "retort %s: %s:%ld: %s\n", sc->cmd, sc->file, line, msg);
 }
 
+/* A job's JSON read as the worker reads it (jsonin: strict, numbers kept
+ * as written, a NUL refused), copied into a tree cJSON may edit, whose
+ * numbers jsonout still prints as written.  NULL when not JSON (at, may
+ * be NULL: where reading stopped) or out of memory. */
+static cJSON *parse_editable(const char *text, size_t len, size_t *at) {
+    cJSON *in = jsonin_parse_all(text, len, at);
+    cJSON *doc = in ? cJSON_Duplicate(in, 1) : NULL;
+    jsonin_free(in);
+    return doc;
+}
+
 /* Turns one input line into a job; errors are reported by line. */
 static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
     while (len && isspace((unsigned char)text[len - 1])) text[--len] = '\0';
@@ -200,22 +211,14 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
         line_error(sc, line, "not UTF-8");
         return 0;
     }
-    /* Read as the worker reads jobs (jsonin: strict JSON, numbers kept as
-     * written, a NUL refused rather than cut at), then copied into a tree
-     * cJSON may edit; jsonout prints the numbers' text. */
+    /* a NUL is refused with its reason, as the worker refuses it (job.c) */
     size_t at = 0;
-    cJSON *strict = jsonin_parse_all(text, len, &at);
-    if (!strict && jsonin_nul_at(text, len, at)) {
+    cJSON *doc = parse_editable(text, len, &at);
+    if (!doc && jsonin_nul_at(text, len, at)) {
         line_error(sc, line, "a string holds \\u0000 (the NUL character), which is not accepted (column %zu)",
                    at + 1);
         return 0;
     }
-    cJSON *doc = strict ? cJSON_Duplicate(strict, 1) : NULL;
-    if (strict && !doc) {
-        jsonin_free(strict);
-        goto oom;
-    }
-    jsonin_free(strict);
     char idbuf[256];
     if (!doc || !cJSON_IsObject(doc)) {
         line_error(sc, line, "not a JSON object%s", doc ? "" : " (not JSON)");
@@ -600,10 +603,7 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
     if (r[0]->type != REDIS_REPLY_STRING || (strcmp(r[0]->str, "escalated") && strcmp(r[0]->str, "resubmitted")))
         return 0;
     rc->candidates++;
-    /* as submit_line reads a job: numbers stay as written */
-    cJSON *in = r[1]->type == REDIS_REPLY_STRING ? jsonin_parse_all(r[1]->str, r[1]->len, NULL) : NULL;
-    cJSON *doc = in ? cJSON_Duplicate(in, 1) : NULL;
-    jsonin_free(in);
+    cJSON *doc = r[1]->type == REDIS_REPLY_STRING ? parse_editable(r[1]->str, r[1]->len, NULL) : NULL;
     if (!cJSON_IsObject(doc)) {
         rc->missing_input++;
         fprintf(stderr, "retort resubmit: job %s: its input is missing from the batch; skipped\n",
