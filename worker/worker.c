@@ -104,6 +104,7 @@ typedef struct wjob {
     cJSON *value;
     cJSON *violations;
     size_t fit_limit;        /* the event's size cap after Kafka refused it as too large; 0 = none */
+    int retry_cut;           /* how hard the retry job's reflection is cut (retry_cuts) */
     char *value_text;        /* value printed: the record's and the final event's */
     size_t value_len;
     char *rec;               /* this attempt's record, JSON text */
@@ -258,6 +259,7 @@ static void check_drained(worker *w);
 static void job_begin(wjob *j);
 static void call_llm(wjob *j);
 static void produce_outcome(wjob *j);
+static int cut_retry(wjob *j);
 static void gate_leave(worker *w, long status, long retry_after_ms);
 static void rate_noop(void *ud, const state_reply *r);
 
@@ -314,8 +316,7 @@ static void produce_retry_timer(uv_timer_t *t) { produce_outcome(t->data); }
  * may be (message.max.bytes here, or less at the broker: fit_limit) would
  * be refused on every try, holding its partition's commits back for good:
  * it goes out without its largest parts instead, which the event names
- * (events_fit).  A retry job is kept within retry.max_message_bytes when
- * it is built. */
+ * (events_fit).  A retry job is cut instead (retry_cuts). */
 static void fit_event(wjob *j, const char *key, const kafka_io_header *hdrs, int nhdrs) {
     worker *w = j->w;
     size_t over = 512 + (key ? strlen(key) : 0), max = kafka_io_max_message(w->kio);
@@ -353,10 +354,10 @@ static void produce_outcome(wjob *j) {
     if (j->ev_type != EVENT_RETRY) fit_event(j, key, hdrs, 7);
     int rc = kafka_io_produce(w->kio, j->ev_topic, key, j->ev_value, strlen(j->ev_value), hdrs, 7,
                               j, err, sizeof(err));
-    if (rc == 2 && j->ev_type != EVENT_RETRY) {
-        /* our estimate of librdkafka's overhead was short: halve and go on */
-        j->fit_limit = strlen(j->ev_value) / 2;
-        uv_timer_start(&j->timer, produce_retry_timer, 0, 0);
+    if (rc == 2) {
+        /* our estimate of librdkafka's overhead was short: cut and go on */
+        if (j->ev_type != EVENT_RETRY) j->fit_limit = strlen(j->ev_value) / 2;
+        uv_timer_start(&j->timer, produce_retry_timer, j->ev_type != EVENT_RETRY || cut_retry(j) ? 0 : 5000, 0);
         return;
     }
     if (rc) {
@@ -385,10 +386,13 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     if (err) {
         log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed: %s; producing again",
                  j->ev_topic, rd_kafka_err2str(err));
-        /* the broker takes less than our message.max.bytes: cut harder */
-        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && j->ev_type != EVENT_RETRY)
-            j->fit_limit = strlen(j->ev_value) / 2;
-        uv_timer_start(&j->timer, produce_retry_timer, 500, 0);
+        uint64_t again_ms = 500;
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
+            /* the broker takes less than our message.max.bytes: cut harder */
+            if (j->ev_type != EVENT_RETRY) j->fit_limit = strlen(j->ev_value) / 2;
+            else if (!cut_retry(j)) again_ms = 5000;
+        }
+        uv_timer_start(&j->timer, produce_retry_timer, again_ms, 0);
         return;
     }
     if (j->is_dlq) {
@@ -460,28 +464,89 @@ static cJSON *make_reflection(wjob *j, int attempt, const char *reason, const cJ
     return r;
 }
 
-static void build_retry(wjob *j, int attempt, const char *reason, const cJSON *violations,
-                        const char *output) {
+/* How a retry job is cut when it is too large for a Kafka message: as
+ * configured; then 1 KiB of the previous output and the first 5
+ * violations; then the first violation only, without the output; then no
+ * reflection at all, a fresh ask (the attempts left still bound it).  A
+ * retry is cut when it exceeds retry.max_message_bytes, but never to a
+ * fresh ask for that (a model without its repair prompt makes the same
+ * mistake again: better a retry over the setting, which Kafka may still
+ * take), and again each time Kafka refuses it as too large (the topic or
+ * broker may take less than the producer): left as it was, it would be
+ * refused on every try, holding its partition's commits back for good. */
+static const struct {
+    size_t output_cap;       /* bytes of the previous output; SIZE_MAX = retry.previous_output_max_bytes */
+    int violations;          /* kept; -1 = all */
+    const char *what;
+} retry_cuts[] = {
+    {SIZE_MAX, -1, "as configured"},
+    {1024, 5, "previous output cut to 1 KiB, 5 violations kept"},
+    {0, 1, "without the previous output, 1 violation kept"},
+    {0, 0, "without its reflection (a fresh ask)"},
+};
+#define RETRY_CUTS ((int)(sizeof(retry_cuts) / sizeof(retry_cuts[0])))
+
+/* The retry job of attempt at cut level `cut`, from the attempt's reason,
+ * violations and output as the job holds them (j->reason, j->violations,
+ * j->text).  Taken by the caller; NULL when out of memory. */
+static char *retry_value(wjob *j, int attempt, int cut) {
     worker *w = j->w;
-    cJSON *refl = make_reflection(j, attempt, reason, violations, output, w->prev_output_cap);
+    if (cut == RETRY_CUTS - 1) return job_retry_value(&j->job, NULL);
+    cJSON *few = NULL;
+    const cJSON *violations = j->violations;
+    if (retry_cuts[cut].violations >= 0 && cJSON_GetArraySize(violations) > retry_cuts[cut].violations) {
+        few = cJSON_Duplicate(violations, 1);
+        while (few && cJSON_GetArraySize(few) > retry_cuts[cut].violations)
+            cJSON_DeleteItemFromArray(few, cJSON_GetArraySize(few) - 1);
+        violations = few;
+    }
+    size_t cap = retry_cuts[cut].output_cap == SIZE_MAX ? w->prev_output_cap : retry_cuts[cut].output_cap;
+    cJSON *refl = make_reflection(j, attempt, j->reason, violations, cap && j->text ? j->text : "", cap);
+    cJSON_Delete(few);
     /* job_retry_value bumps the job's attempt: the job here is the attempt
      * that failed. */
-    char *value = job_retry_value(&j->job, refl);
+    char *value = refl ? job_retry_value(&j->job, refl) : NULL;
     cJSON_Delete(refl);
-    if (value && strlen(value) > w->retry_max_bytes) {
-        /* Whatever the history, the retry must fit in a Kafka message: cut
-         * the previous output hard and keep the first violations. */
+    return value;
+}
+
+/* The retry job, at the first cut from j->retry_cut on that fits in
+ * retry.max_message_bytes and under the size Kafka last refused (limit,
+ * 0 = none); the last cut allowed when none does (a fresh ask only after
+ * a refusal). */
+static void build_retry(wjob *j, int attempt, size_t limit) {
+    worker *w = j->w;
+    size_t max = w->retry_max_bytes;
+    if (limit && limit < max) max = limit;
+    int last = limit ? RETRY_CUTS - 1 : RETRY_CUTS - 2;
+    char *value = NULL;
+    for (;;) {
+        value = retry_value(j, attempt, j->retry_cut);
+        if (!value || strlen(value) <= max || j->retry_cut >= last) break;
         free(value);
-        cJSON *few = cJSON_Duplicate(violations, 1);
-        while (few && cJSON_GetArraySize(few) > 5) cJSON_DeleteItemFromArray(few, cJSON_GetArraySize(few) - 1);
-        refl = make_reflection(j, attempt, reason, few, output, 1024);
-        cJSON_Delete(few);
-        value = job_retry_value(&j->job, refl);
-        cJSON_Delete(refl);
-        log_warn(j->job.job_id, attempt, "retry job shrunk to %zu bytes to fit retry.max_message_bytes",
-                 value ? strlen(value) : 0);
+        j->retry_cut++;
     }
+    if (value && j->retry_cut)
+        log_warn(j->job.job_id, attempt, "retry job cut to %zu bytes to fit %s (%zu): %s%s", strlen(value),
+                 limit ? "under what Kafka refused" : "retry.max_message_bytes", max, retry_cuts[j->retry_cut].what,
+                 strlen(value) > max ? "; still larger" : "");
     set_event(j, EVENT_RETRY, w->t_jobs, attempt, NULL, value);
+}
+
+/* Kafka refused the retry job as too large: the next cut, or 0 when there
+ * is none left (the job itself is larger than the topic takes). */
+static int cut_retry(wjob *j) {
+    size_t len = strlen(j->ev_value);
+    if (j->retry_cut == RETRY_CUTS - 1) {
+        log_error(j->job.job_id, j->ev_attempt,
+                  "the retry job (%zu bytes) is too large for Kafka even without its reflection: "
+                  "raise the topic's max.message.bytes; producing again in 5 s",
+                  len);
+        return 0;
+    }
+    j->retry_cut++;
+    build_retry(j, j->ev_attempt, len - 1);
+    return 1;
 }
 
 /* ---- Redis: finish ------------------------------------------------------ */
@@ -513,8 +578,7 @@ static void on_finish(void *ud, const state_reply *r) {
         return;
     }
     if (j->action == DECIDE_RETRY) {
-        const char *out = j->text ? j->text : "";
-        build_retry(j, j->job.attempt, j->reason, j->violations, out);
+        build_retry(j, j->job.attempt, 0);
     } else if (j->action == DECIDE_FINAL) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
@@ -1067,9 +1131,15 @@ static void on_begin(void *ud, const state_reply *r) {
             const cJSON *reason = cJSON_GetObjectItemCaseSensitive(rec, "reason");
             const cJSON *out = cJSON_GetObjectItemCaseSensitive(rec, "output");
             log_info(j->job.job_id, j->job.attempt, "retry already decided; republishing it");
-            build_retry(j, r->attempt, cJSON_IsString(reason) ? reason->valuestring : "retry",
-                        cJSON_GetObjectItemCaseSensitive(rec, "violations"),
-                        cJSON_IsString(out) ? out->valuestring : "");
+            /* the reply is gone once this returns: the job keeps what a
+             * smaller retry would be cut from, as after its own attempt */
+            util_concat(j->reason, sizeof(j->reason), cJSON_IsString(reason) ? reason->valuestring : "retry",
+                        (char *)NULL);
+            cJSON_Delete(j->violations);
+            j->violations = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(rec, "violations"), 1);
+            free(j->text);
+            j->text = strdup(cJSON_IsString(out) ? out->valuestring : "");
+            build_retry(j, r->attempt, 0);
             produce_outcome(j);
             return;
         }
