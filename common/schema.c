@@ -440,6 +440,23 @@ static void fmt_num(double d, char *buf, size_t n)
     }
 }
 
+/* The text of number v into buf: as written when the reader kept it
+ * (jsonin keeps it in valuestring, which cJSON leaves NULL for numbers),
+ * so that 12345678901234567890 or 1e400 read in a violation as in the
+ * answer; else the double's shortest text.  Returns its length. */
+static size_t num_text_of(const cJSON *v, char *buf, size_t n)
+{
+    if (v->valuestring) {
+        size_t l = strlen(v->valuestring);
+        if (l < n) {
+            memcpy(buf, v->valuestring, l + 1);
+            return l;
+        }
+    }
+    fmt_num(v->valuedouble, buf, n);
+    return strlen(buf);
+}
+
 typedef struct jw {
     char *buf;
     size_t len, cap;
@@ -529,8 +546,7 @@ static void jw_value(jw *w, const cJSON *v, int depth)
     case cJSON_True: jw_put(w, "true", 4); break;
     case cJSON_False: jw_put(w, "false", 5); break;
     case cJSON_Number:
-        fmt_num(v->valuedouble, num, sizeof num);
-        jw_put(w, num, strlen(num));
+        jw_put(w, num, num_text_of(v, num, sizeof num));
         break;
     case cJSON_String: jw_string(w, v->valuestring); break;
     case cJSON_Array:
@@ -3473,10 +3489,8 @@ static int report_bound(vctx *c, const node *n, int k, const char *kw, size_t lk
 {
     char xs[40];
     mpart x = { xs, 0 };
-    if (c->record == 1) {
-        fmt_num(inst->valuedouble, xs, sizeof xs);
-        x.l = strlen(xs);
-    }
+    if (c->record == 1)
+        x.l = num_text_of(inst, xs, sizeof xs);
     const mpart *b = &n->bound_text[k];
     mpart m[4] = { MPL("value "), x, mid, *b };
     return report_p(c, n, kw, lk, code, inst, &x, b->s, b->l, m, 4);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "jsonin.h"
 #include "schema.h"
 #include "schema_regex.h"
 #include "validate_cli.h"
@@ -1083,6 +1084,49 @@ static void cli_not_json(const char *schema_path, const char *name, const char *
     cJSON_Delete(l);
 }
 
+/* A number of an instance read by jsonin (the worker's reader keeps its
+ * text) shows in the violation as written, not through a double:
+ * 12345678901234567890 would read 1.2345678901234567e+19 and 1e400 would
+ * read 1e999.  A tree of cJSON's own reader has no text: the
+ * double's shortest form. */
+static void test_numbers_as_written(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"properties\":{\"n\":{\"maximum\":100},\"t\":{\"type\":\"string\"}}}", NULL);
+    static const struct {
+        const char *text, *actual;
+    } cases[] = {
+        { "{\"n\":12345678901234567890}", "12345678901234567890" },
+        { "{\"n\":1e400}", "1e400" },
+        { "{\"n\":100.50}", "100.50" },
+        { "{\"t\":1E+2}", "1E+2" },
+        { "{\"t\":[1.0,-0]}", "[1.0,-0]" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t err_at = 0;
+        cJSON *inst = jsonin_parse_all(cases[i].text, strlen(cases[i].text), &err_at);
+        assert_non_null(inst);
+        schema_violations v = { 0 };
+        assert_int_equal(schema_validate(s, inst, &v), 1);
+        assert_int_equal(v.count, 1);
+        assert_string_equal(v.items[0].actual, cases[i].actual);
+        if (cases[i].text[2] == 'n') {
+            char want[96];
+            snprintf(want, sizeof want, "value %s is greater than the maximum 100", cases[i].actual);
+            assert_string_equal(v.items[0].message, want);
+        }
+        schema_violations_clear(&v);
+        jsonin_free(inst);
+    }
+    cJSON *inst = cJSON_Parse("{\"n\":12345678901234567890}");
+    schema_violations v = { 0 };
+    assert_int_equal(schema_validate(s, inst, &v), 1);
+    assert_string_equal(v.items[0].actual, "1.2345678901234567e+19");
+    schema_violations_clear(&v);
+    cJSON_Delete(inst);
+    schema_free(s);
+}
+
 /* required checked together with properties while reporting: the missing
  * members still come first, in `required` order, then what properties
  * finds; a path longer than the formatting buffers ends in an index. */
@@ -1265,6 +1309,7 @@ int main(void)
         cmocka_unit_test(test_oneof_closest_with_nested_anyof),
         cmocka_unit_test(test_discriminated_union),
         cmocka_unit_test(test_required_order_and_long_path),
+        cmocka_unit_test(test_numbers_as_written),
         cmocka_unit_test(test_validate_cli),
         cmocka_unit_test(test_registry_load_dir),
     };
