@@ -526,25 +526,58 @@ static void reply_watch_cb(uv_timer_t *t) {
  * queues and after every write, and libuv (1.44) answers each
  * uv_poll_start with an epoll_ctl(DEL) of the socket, re-adding it on the
  * next poll: strace counted one wasted DEL per Redis command, three per
- * job.  These wrappers pass on only the calls that change what is
- * watched; the adapter itself does the work. */
-static void (*adapter_add_read)(void *), (*adapter_del_read)(void *);
-static void (*adapter_add_write)(void *), (*adapter_del_write)(void *);
+ * job.  These wrappers start or stop the poll only when what is watched
+ * changes.
+ *
+ * And the adapter's poll callback returns on an error status, which libuv
+ * gives (having stopped the handle) when the socket has a pending error: a
+ * connection reset, which is what a Redis that exits with a command of
+ * ours unread sends, or a refused connect.  Nothing was watched any more,
+ * so the loss showed only when the reply watch gave up, 5 s later (while
+ * /readyz still said "redis ok": a failed CI run), or, for a refused
+ * connect, when the connect watch did, 2 s later.  watch_poll reads on an
+ * error instead: hiredis then finds the error and disconnects at once. */
+static void watch_poll(uv_poll_t *handle, int status, int events);
+
+static void watch_set(redisLibuvEvents *p, int events) {
+    if (events == p->events) return;
+    p->events = events;
+    if (events) uv_poll_start(&p->handle, events, watch_poll);
+    else uv_poll_stop(&p->handle);
+}
+
+static void watch_poll(uv_poll_t *handle, int status, int events) {
+    redisLibuvEvents *p = handle->data;
+    if (status < 0) {
+        int watched = p->events;
+        p->events = 0; /* libuv stopped the handle */
+        if (p->context) redisAsyncHandleRead(p->context);
+        /* still connected (the error went away): watch again */
+        if (p->context) watch_set(p, watched);
+        return;
+    }
+    if (p->context && (events & UV_READABLE)) redisAsyncHandleRead(p->context);
+    if (p->context && (events & UV_WRITABLE)) redisAsyncHandleWrite(p->context);
+}
 
 static void watch_add_read(void *privdata) {
-    if (!(((redisLibuvEvents *)privdata)->events & UV_READABLE)) adapter_add_read(privdata);
+    redisLibuvEvents *p = privdata;
+    watch_set(p, p->events | UV_READABLE);
 }
 
 static void watch_del_read(void *privdata) {
-    if (((redisLibuvEvents *)privdata)->events & UV_READABLE) adapter_del_read(privdata);
+    redisLibuvEvents *p = privdata;
+    watch_set(p, p->events & ~UV_READABLE);
 }
 
 static void watch_add_write(void *privdata) {
-    if (!(((redisLibuvEvents *)privdata)->events & UV_WRITABLE)) adapter_add_write(privdata);
+    redisLibuvEvents *p = privdata;
+    watch_set(p, p->events | UV_WRITABLE);
 }
 
 static void watch_del_write(void *privdata) {
-    if (((redisLibuvEvents *)privdata)->events & UV_WRITABLE) adapter_del_write(privdata);
+    redisLibuvEvents *p = privdata;
+    watch_set(p, p->events & ~UV_WRITABLE);
 }
 
 static void connect_now(state *st) {
@@ -566,10 +599,7 @@ static void connect_now(state *st) {
         schedule_reconnect(st);
         return;
     }
-    adapter_add_read = ac->ev.addRead;
-    adapter_del_read = ac->ev.delRead;
-    adapter_add_write = ac->ev.addWrite;
-    adapter_del_write = ac->ev.delWrite;
+    /* the adapter's handle and cleanup, these wrappers' events */
     ac->ev.addRead = watch_add_read;
     ac->ev.delRead = watch_del_read;
     ac->ev.addWrite = watch_add_write;

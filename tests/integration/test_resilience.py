@@ -7,6 +7,8 @@ import json
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -237,6 +239,84 @@ def test_redis_silent_mid_batch(stack):
     log = stack.worker_log(w.name)
     assert "no reply for" in log and "reconnecting" in log
     assert stack.stop_worker(w) == 0
+
+
+class ResettingProxy:
+    """TCP between the worker and Redis that can reset (RST) every
+    connection it carries, as a Redis that exits with a command of the
+    worker's unread does, and goes on taking new ones."""
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pairs = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self.lock:
+                self.pairs.append((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def reset(self):
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+        for client, upstream in pairs:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            upstream.close()
+        return len(pairs)
+
+    def close(self):
+        self.listener.close()
+        self.reset()
+
+
+def test_a_reset_redis_connection_is_noticed_at_once(stack):
+    """hiredis's libuv adapter drops the poll error of a connection reset,
+    and libuv stops watching the socket: the worker noticed only when its
+    reply watch gave up, 5 s after its next command (a CI run saw /readyz
+    say "redis ok" with Redis gone).  Now it disconnects at once, comes
+    back and goes on."""
+    proxy = ResettingProxy(stack.redis_port)
+    try:
+        w = stack.start_worker("--set", "redis.port=%d" % proxy.port)
+        before = uid("before-reset")
+        stack.produce_jobs([job(before)])
+        stack.wait_outcomes([before])
+        assert proxy.reset() == 1
+        deadline = time.time() + 2
+        while time.time() < deadline and "disconnected" not in stack.worker_log(w.name):
+            time.sleep(0.05)
+        log = stack.worker_log(w.name)
+        assert "disconnected: Connection reset by peer" in log, log[-2000:]
+        assert "no reply for" not in log
+        after = uid("after-reset")
+        stack.produce_jobs([job(after)])
+        stack.wait_outcomes([after])
+        assert len(re.findall(r'"msg":"redis [0-9.:]+ connected"', stack.worker_log(w.name))) == 2
+        assert stack.stop_worker(w) == 0
+    finally:
+        proxy.close()
 
 
 @pytest.fixture
