@@ -108,9 +108,11 @@ $(PGO_BUILD)/%.o: %.c $(wildcard common/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(PGO_OPT) $(WARN) -fprofile-generate -fprofile-update=single $(PGO_ID) $(call pc,$(COMMON_PKGS)) -c $< -o $@
 
-# Only what the validator needs besides itself (util.c), so that a change
-# elsewhere in common/ does not retrain and recompile the validator.
-$(PGO_BUILD)/pgo-train: $(BUILD)/tests/pgo_train.o $(PGO_SRC:%.c=$(PGO_BUILD)/%.o) $(BUILD)/common/util.o
+# Only what the validator needs besides itself (util.c, and jsonin.c, which
+# reads the violations' expected/actual texts), so that a change elsewhere
+# in common/ does not retrain and recompile the validator.
+$(PGO_BUILD)/pgo-train: $(BUILD)/tests/pgo_train.o $(PGO_SRC:%.c=$(PGO_BUILD)/%.o) $(BUILD)/common/util.o \
+		$(BUILD)/common/jsonin.o
 	$(CC) $(CFLAGS) -fprofile-generate -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm -lpthread
 
 # Each object's profile lands beside its instrumented object; the final
@@ -192,7 +194,7 @@ bench-schema: $(BUILD)/bench-schema bench-npm
 # libFuzzer over parse + compile + validate, for a bounded time.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_SRC := tests/fuzz_schema.c $(filter common/schema%.c,$(COMMON_SRC)) common/util.c
+FUZZ_SRC := tests/fuzz_schema.c $(filter common/schema%.c,$(COMMON_SRC)) common/util.c common/jsonin.c
 $(BUILD)/fuzz-schema: $(FUZZ_SRC) $(wildcard common/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS_ALL) -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $(FUZZ_SRC) $(call pc,$(COMMON_PKGS)) -lm -lpthread

@@ -20,6 +20,7 @@
  * of the instance, created only by nodes that use unevaluated*.
  */
 #include "schema.h"
+#include "jsonin.h"
 #include "schema_format.h"
 #include "schema_meta.h"
 #include "schema_regex.h"
@@ -5328,7 +5329,14 @@ static void add_json_text(cJSON *o, const char *key, const char *text)
         cJSON_AddNullToObject(o, key);
         return;
     }
-    cJSON *j = cJSON_Parse(text);
+    /* read with jsonin, which keeps each number's text (jsonout prints
+     * it), then copied into nodes of cJSON's own: an answer's
+     * 12345678901234567890 or 1e400 stays as written (cJSON_Parse gave
+     * 1.2345678901234567e+19 and null) */
+    size_t err_at = 0;
+    cJSON *t = jsonin_parse_all(text, strlen(text), &err_at);
+    cJSON *j = t ? cJSON_Duplicate(t, 1) : NULL;
+    jsonin_free(t);
     if (j)
         cJSON_AddItemToObject(o, key, j);
     else

@@ -1,6 +1,7 @@
 /* validate_cli.c - `retort validate` (see validate_cli.h). */
 #include "validate_cli.h"
 #include "jsonin.h"
+#include "jsonout.h"
 #include "schema.h"
 #include "schema_uri.h"
 #include "util.h"
@@ -117,7 +118,7 @@ static cJSON *parse_doc(const char *text, size_t len, char *why, size_t whylen)
 
 static void print_line(cJSON *o)
 {
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = jsonout_print(o); /* numbers of the instance as written */
     if (s) {
         fputs(s, stdout);
         fputc('\n', stdout);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "jsonin.h"
+#include "jsonout.h"
 #include "schema.h"
 #include "schema_regex.h"
 #include "validate_cli.h"
@@ -1115,6 +1116,13 @@ static void test_numbers_as_written(void **state)
             snprintf(want, sizeof want, "value %s is greater than the maximum 100", cases[i].actual);
             assert_string_equal(v.items[0].message, want);
         }
+        /* and in the violations' JSON (records, events, retort validate),
+         * printed by jsonout (cJSON_Parse of the text gave the double) */
+        cJSON *arr = schema_violations_to_json(&v);
+        char *out = jsonout_print(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(arr, 0), "actual"));
+        assert_string_equal(out, cases[i].actual);
+        free(out);
+        cJSON_Delete(arr);
         schema_violations_clear(&v);
         jsonin_free(inst);
     }
