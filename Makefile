@@ -40,7 +40,7 @@ WORKER_OBJ := $(WORKER_SRC:%.c=$(BUILD)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/%)
 
 ASAN_BUILD := $(BUILD)/asan
-ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 ASAN_COMMON_OBJ := $(COMMON_SRC:%.c=$(ASAN_BUILD)/%.o)
 ASAN_WORKER_OBJ := $(WORKER_SRC:%.c=$(ASAN_BUILD)/%.o)
 ASAN_UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(ASAN_BUILD)/%)

@@ -13,6 +13,17 @@ static const char *get_str(const cJSON *obj, const char *name) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* A number of the message for an integer field, within [-bound, bound]:
+ * the envelope schema bounds each field, but the schema is the operator's
+ * file, and a cast of a double beyond its type is undefined.  def when
+ * absent or not a number. */
+#define INT_BOUND 1e9
+static double num_in(const cJSON *v, double bound, double def) {
+    if (!cJSON_IsNumber(v)) return def;
+    double d = v->valuedouble;
+    return d > bound ? bound : d < -bound ? -bound : d;
+}
+
 int job_parse(const char *value, size_t len, const schema *envelope, int default_max_attempts,
               int max_attempts_ceiling, job *out, cJSON **violations, char *job_id_out,
               size_t job_id_len, char *err, size_t errlen) {
@@ -61,16 +72,16 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     out->metadata = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
     out->reflection = cJSON_GetObjectItemCaseSensitive(doc, "reflection");
     const cJSON *rn = cJSON_GetObjectItemCaseSensitive(doc, "run");
-    out->run = cJSON_IsNumber(rn) ? (int)rn->valuedouble : 1;
+    out->run = (int)num_in(rn, INT_BOUND, 1);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "attempt");
-    out->attempt = cJSON_IsNumber(a) ? (int)a->valuedouble : 1;
+    out->attempt = (int)num_in(a, INT_BOUND, 1);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(doc, "max_attempts");
-    int max = cJSON_IsNumber(m) ? (int)m->valuedouble : default_max_attempts;
+    int max = (int)num_in(m, INT_BOUND, default_max_attempts);
     if (max > max_attempts_ceiling) max = max_attempts_ceiling;
     out->max_attempts = max;
     out->max_attempts_set = cJSON_IsNumber(m);
     const cJSON *tb = cJSON_GetObjectItemCaseSensitive(doc, "token_budget");
-    out->token_budget = cJSON_IsNumber(tb) ? (long)tb->valuedouble : 0;
+    out->token_budget = (long)num_in(tb, 1e15, 0);
     const char *deadline = get_str(doc, "deadline");
     if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms)) {
         snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time", deadline);

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "job.h"
+#include "util.h"
 
 static schema *envelope(void)
 {
@@ -86,6 +87,57 @@ static void test_rejected(void **s)
     schema_free(env);
 }
 
+/* Numbers beyond int and long: schemas/job.schema.json refuses them (a
+ * dead letter with the reason), and an envelope without those bounds (the
+ * operator's own) gets them capped, never cast out of range, which is
+ * undefined (the sanitized run aborts on it). */
+static void test_number_bounds(void **s)
+{
+    (void)s;
+    /* as the worker loads it: the directory as a registry, for its $refs */
+    char err[256], id[64];
+    schema_registry *reg = schema_registry_new();
+    assert_int_equal(schema_registry_load_dir(reg, "schemas", "https://retort.dev/schemas/", err, sizeof err), 0);
+    char *text = util_read_file("schemas/job.schema.json", NULL);
+    assert_non_null(text);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    schema *real = schema_compile(reg, doc, NULL, err, sizeof err);
+    cJSON_Delete(doc);
+    if (!real) fail_msg("job.schema.json: %s", err);
+    job j;
+    static const struct {
+        const char *text, *err;
+    } bad[] = {
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"prompt\":\"p\",\"attempt\":10000000000}", "not a valid job: /attempt: " },
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"prompt\":\"p\",\"token_budget\":1e30}", "not a valid job: /token_budget: " },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(parse(real, bad[i].text, &j, err, sizeof err, id, sizeof id), -1);
+        if (strncmp(err, bad[i].err, strlen(bad[i].err)) != 0)
+            fail_msg("%s: \"%s\", expected \"%s...\"", bad[i].text, err, bad[i].err);
+    }
+    const char *most = "{\"job_id\":\"a\",\"schema\":\"x\",\"prompt\":\"p\",\"attempt\":1000000,"
+                       "\"token_budget\":1000000000000000}";
+    assert_int_equal(parse(real, most, &j, err, sizeof err, id, sizeof id), 0);
+    assert_int_equal(j.attempt, 1000000);
+    assert_true(j.token_budget == 1000000000000000L);
+    job_clear(&j);
+    schema_free(real);
+    schema_registry_free(reg);
+
+    schema *env = envelope();
+    const char *huge = "{\"job_id\":\"a\",\"schema\":\"x\",\"attempt\":1e10,\"run\":-1e12,"
+                       "\"max_attempts\":4e9,\"token_budget\":1e30}";
+    assert_int_equal(parse(env, huge, &j, err, sizeof err, id, sizeof id), 0);
+    assert_int_equal(j.attempt, 1000000000);
+    assert_int_equal(j.run, -1000000000);
+    assert_true(j.token_budget == 1000000000000000L);
+    job_clear(&j);
+    schema_free(env);
+}
+
 /* A retry job replaces the reflection it came with, or drops it when the
  * worker has none to give (the attempt's record was lost): a fresh ask. */
 static void test_retry_reflection(void **s)
@@ -121,6 +173,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_rejected),
+        cmocka_unit_test(test_number_bounds),
         cmocka_unit_test(test_retry_reflection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

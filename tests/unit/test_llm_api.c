@@ -434,6 +434,14 @@ static void test_openai_scan(void **s) {
     /* left to cJSON: the result is still cJSON's */
     CHECK_SCAN("{\"usage\":{\"prompt_tokens\":12.0},\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 0);
     CHECK_SCAN("{\"usage\":{\"completion_tokens\":1234567890123456789},\"choices\":[]}", 0);
+    /* beyond long's range: capped, not an undefined cast (UBSan aborts the
+     * sanitized run on one) */
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens\":4e19,\"completion_tokens\":-1e300},\"choices\":[]}", 0);
+    const char *huge = "{\"usage\":{\"prompt_tokens\":4e19,\"completion_tokens\":-1e300},"
+                       "\"choices\":[{\"message\":{\"content\":\"A\"}}]}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, huge, strlen(huge), &r);
+    assert_true(r.prompt_tokens == 1000000000000000L && r.completion_tokens == -1000000000000000L);
+    llm_api_result_clear(&r);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\ud800b\"}}]}", 0);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\udc00b\"}}]}", 0);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\u0000b\"}}]}", 0);
