@@ -259,7 +259,7 @@ static void check_drained(worker *w);
 static void job_begin(wjob *j);
 static void call_llm(wjob *j);
 static void produce_outcome(wjob *j);
-static int cut_retry(wjob *j);
+static int cut_harder(wjob *j);
 static void gate_leave(worker *w, long status, long retry_after_ms);
 static void rate_noop(void *ud, const state_reply *r);
 
@@ -356,8 +356,7 @@ static void produce_outcome(wjob *j) {
                               j, err, sizeof(err));
     if (rc == 2) {
         /* our estimate of librdkafka's overhead was short: cut and go on */
-        if (j->ev_type != EVENT_RETRY) j->fit_limit = strlen(j->ev_value) / 2;
-        uv_timer_start(&j->timer, produce_retry_timer, j->ev_type != EVENT_RETRY || cut_retry(j) ? 0 : 5000, 0);
+        uv_timer_start(&j->timer, produce_retry_timer, cut_harder(j) ? 5000 : 0, 0);
         return;
     }
     if (rc) {
@@ -386,13 +385,9 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     if (err) {
         log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed: %s; producing again",
                  j->ev_topic, rd_kafka_err2str(err));
-        uint64_t again_ms = 500;
-        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE) {
-            /* the broker takes less than our message.max.bytes: cut harder */
-            if (j->ev_type != EVENT_RETRY) j->fit_limit = strlen(j->ev_value) / 2;
-            else if (!cut_retry(j)) again_ms = 5000;
-        }
-        uv_timer_start(&j->timer, produce_retry_timer, again_ms, 0);
+        /* the broker takes less than our message.max.bytes: cut harder */
+        int stuck = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && cut_harder(j);
+        uv_timer_start(&j->timer, produce_retry_timer, stuck ? 5000 : 500, 0);
         return;
     }
     if (j->is_dlq) {
@@ -533,20 +528,26 @@ static void build_retry(wjob *j, int attempt, size_t limit) {
     set_event(j, EVENT_RETRY, w->t_jobs, attempt, NULL, value);
 }
 
-/* Kafka refused the retry job as too large: the next cut, or 0 when there
- * is none left (the job itself is larger than the topic takes). */
-static int cut_retry(wjob *j) {
+/* Kafka refused the message as too large (the producer or the broker): an
+ * event is fitted to half its size when produced again (fit_event), a
+ * retry job goes one cut further.  0 = cut; -1 = nothing left to cut (the
+ * job itself is larger than the topic takes). */
+static int cut_harder(wjob *j) {
     size_t len = strlen(j->ev_value);
+    if (j->ev_type != EVENT_RETRY) {
+        j->fit_limit = len / 2;
+        return 0;
+    }
     if (j->retry_cut == RETRY_CUTS - 1) {
         log_error(j->job.job_id, j->ev_attempt,
                   "the retry job (%zu bytes) is too large for Kafka even without its reflection: "
                   "raise the topic's max.message.bytes; producing again in 5 s",
                   len);
-        return 0;
+        return -1;
     }
     j->retry_cut++;
     build_retry(j, j->ev_attempt, len - 1);
-    return 1;
+    return 0;
 }
 
 /* ---- Redis: finish ------------------------------------------------------ */
