@@ -29,9 +29,10 @@ static char *value_text(const cJSON *v) {
     return jsonout_print(v);
 }
 
-char *reflect_violations_text(const cJSON *violations) {
+char *reflect_violations_text(const cJSON *violations, int total) {
     sbuf b = {0};
     const cJSON *v;
+    int listed = 0;
     cJSON_ArrayForEach(v, violations) {
         const char *path = str_or(v, "path", "");
         if (b.len) sbuf_puts(&b, "\n");
@@ -44,8 +45,13 @@ char *reflect_violations_text(const cJSON *violations) {
         if (expected || actual) sbuf_puts(&b, ")");
         free(expected);
         free(actual);
+        listed++;
     }
     if (!b.len) sbuf_puts(&b, "- the answer did not pass validation");
+    /* a retry cut to fit Kafka lists the first few only: the model should
+     * not take the list for all there is to fix */
+    if (total > listed)
+        sbuf_printf(&b, "\n- and %d more problem%s not listed here", total - listed, total - listed == 1 ? "" : "s");
     return sbuf_take(&b);
 }
 
@@ -71,7 +77,7 @@ char *reflect_render(const reflect_input *in) {
         else if (n == 3 && !strncmp(name, "max", n)) sbuf_printf(&b, "%d", in->max_attempts);
         else if (n == 6 && !strncmp(name, "reason", n)) sbuf_puts(&b, in->reason ? in->reason : "");
         else if (n == 10 && !strncmp(name, "violations", n)) {
-            if (!vtext) vtext = reflect_violations_text(in->violations);
+            if (!vtext) vtext = reflect_violations_text(in->violations, in->violations_total);
             sbuf_puts(&b, vtext ? vtext : "");
         } else if (n == 6 && !strncmp(name, "schema", n)) sbuf_puts(&b, in->schema_text ? in->schema_text : "");
         else if (n == 15 && !strncmp(name, "previous_output", n))

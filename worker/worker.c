@@ -440,25 +440,6 @@ static void build_from_history(wjob *j, const char *status, const cJSON *history
     }
 }
 
-static cJSON *make_reflection(wjob *j, int attempt, const char *reason, const cJSON *violations,
-                              const char *output, size_t output_cap) {
-    worker *w = j->w;
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddNumberToObject(r, "attempt", attempt);
-    cJSON_AddNumberToObject(r, "max_attempts", j->job.max_attempts);
-    cJSON_AddStringToObject(r, "reason", reason);
-    cJSON_AddItemToObject(r, "violations", violations ? cJSON_Duplicate(violations, 1) : cJSON_CreateArray());
-    char *prev = capped_copy(output ? output : "", output_cap);
-    cJSON_AddStringToObject(r, "previous_output", prev ? prev : "");
-    reflect_input in = {w->tmpl, attempt, j->job.max_attempts, reason, violations,
-                        j->schema_text, prev};
-    char *prompt = reflect_render(&in);
-    cJSON_AddStringToObject(r, "prompt", prompt ? prompt : "");
-    free(prompt);
-    free(prev);
-    return r;
-}
-
 /* How a retry job is cut when it is too large for a Kafka message: as
  * configured; then 1 KiB of the previous output and the first 5
  * violations; then the first violation only, without the output; then no
@@ -481,23 +462,52 @@ static const struct {
 };
 #define RETRY_CUTS ((int)(sizeof(retry_cuts) / sizeof(retry_cuts[0])))
 
+/* The reflection of attempt `attempt` at cut level `cut` (retry_cuts):
+ * as many of j->violations, and as much of j->text, as the cut keeps.  What was left out is said in it
+ * (violations_total, previous_output_bytes, cut), so that a reader of the
+ * retry job, and the next attempt's record, can tell a short reflection
+ * from a cut one.  Taken by the caller; NULL when out of memory. */
+static cJSON *make_reflection(wjob *j, int attempt, int cut) {
+    worker *w = j->w;
+    cJSON *r = cJSON_CreateObject(), *few = NULL;
+    const cJSON *violations = j->violations;
+    int total = cJSON_GetArraySize(j->violations), keep = retry_cuts[cut].violations;
+    if (keep >= 0 && total > keep) {
+        few = cJSON_CreateArray();
+        const cJSON *v;
+        cJSON_ArrayForEach(v, j->violations) {
+            if (cJSON_GetArraySize(few) == keep) break;
+            cJSON_AddItemToArray(few, cJSON_Duplicate(v, 1));
+        }
+        violations = few;
+    }
+    size_t cap = retry_cuts[cut].output_cap == SIZE_MAX ? w->prev_output_cap : retry_cuts[cut].output_cap;
+    const char *output = j->text ? j->text : "";
+    char *prev = capped_copy(output, cap);
+    cJSON_AddNumberToObject(r, "attempt", attempt);
+    cJSON_AddNumberToObject(r, "max_attempts", j->job.max_attempts);
+    cJSON_AddStringToObject(r, "reason", j->reason);
+    cJSON_AddItemToObject(r, "violations", violations ? cJSON_Duplicate(violations, 1) : cJSON_CreateArray());
+    cJSON_AddNumberToObject(r, "violations_total", total);
+    cJSON_AddStringToObject(r, "previous_output", prev ? prev : "");
+    cJSON_AddNumberToObject(r, "previous_output_bytes", (double)strlen(output));
+    if (cut) cJSON_AddStringToObject(r, "cut", retry_cuts[cut].what);
+    reflect_input in = {w->tmpl, attempt, j->job.max_attempts, j->reason, violations,
+                        j->schema_text, prev, total};
+    char *prompt = reflect_render(&in);
+    cJSON_AddStringToObject(r, "prompt", prompt ? prompt : "");
+    free(prompt);
+    free(prev);
+    cJSON_Delete(few);
+    return r;
+}
+
 /* The retry job of attempt at cut level `cut`, from the attempt's reason,
  * violations and output as the job holds them (j->reason, j->violations,
  * j->text).  Taken by the caller; NULL when out of memory. */
 static char *retry_value(wjob *j, int attempt, int cut) {
-    worker *w = j->w;
     if (cut == RETRY_CUTS - 1) return job_retry_value(&j->job, NULL);
-    cJSON *few = NULL;
-    const cJSON *violations = j->violations;
-    if (retry_cuts[cut].violations >= 0 && cJSON_GetArraySize(violations) > retry_cuts[cut].violations) {
-        few = cJSON_Duplicate(violations, 1);
-        while (few && cJSON_GetArraySize(few) > retry_cuts[cut].violations)
-            cJSON_DeleteItemFromArray(few, cJSON_GetArraySize(few) - 1);
-        violations = few;
-    }
-    size_t cap = retry_cuts[cut].output_cap == SIZE_MAX ? w->prev_output_cap : retry_cuts[cut].output_cap;
-    cJSON *refl = make_reflection(j, attempt, j->reason, violations, cap && j->text ? j->text : "", cap);
-    cJSON_Delete(few);
+    cJSON *refl = make_reflection(j, attempt, cut);
     /* job_retry_value bumps the job's attempt: the job here is the attempt
      * that failed. */
     char *value = refl ? job_retry_value(&j->job, refl) : NULL;
@@ -644,6 +654,8 @@ static char *attempt_record(wjob *j, size_t *len) {
     }
     j->rec_latency_ms = (double)(util_mono_us() - j->start_us) / 1000.0;
     const char *decision = j->action == DECIDE_FINAL ? "final" : j->action == DECIDE_RETRY ? "retry" : "escalate";
+    const cJSON *cut = cJSON_GetObjectItemCaseSensitive(j->job.reflection, "cut");
+    const char *reflection_cut = cJSON_IsString(cut) ? cut->valuestring : NULL;
     /* sbuf_json_string reserves for its worst case (6 bytes a byte): ask
      * for it here, or the buffer is copied to a larger one mid-record. */
     if (sbuf_reserve(&b, 512 + 6 * output_len + j->value_len) ||
@@ -652,6 +664,8 @@ static char *attempt_record(wjob *j, size_t *len) {
         rec_str(&b, ",\"reason\":", j->reason) || rec_strn(&b, ",\"output\":", output, output_len) ||
         (j->value_text && (sbuf_puts(&b, ",\"value\":") || sbuf_append(&b, j->value_text, j->value_len))) ||
         sbuf_puts(&b, ",\"violations\":") || (j->violations ? jsonout_value(&b, j->violations) : sbuf_puts(&b, "[]")) ||
+        /* the repair this attempt was asked for had been cut to fit Kafka */
+        (reflection_cut && rec_str(&b, ",\"reflection_cut\":", reflection_cut)) ||
         rec_num(&b, ",\"usage\":{\"prompt_tokens\":", j->ptoks) || rec_num(&b, ",\"completion_tokens\":", j->ctoks) ||
         rec_num(&b, ",\"total_tokens\":", j->ptoks + j->ctoks) || rec_num(&b, "},\"latency_ms\":", j->rec_latency_ms) ||
         rec_num(&b, ",\"llm_latency_ms\":", j->llm_ms) || rec_num(&b, ",\"tries\":", j->tries + 1) ||

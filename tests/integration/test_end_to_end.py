@@ -80,6 +80,10 @@ def test_fixed_on_second_attempt(stack, envelopes, defect):
     # the repair prompt names what was wrong (the mock only repairs then)
     for v in refl["violations"]:
         assert v["code"] in refl["prompt"]
+    # nothing was cut: every violation, the whole output, and it says so
+    assert refl["violations_total"] == len(refl["violations"])
+    assert refl["previous_output_bytes"] == len(refl["previous_output"].encode())
+    assert "cut" not in refl and "not listed" not in refl["prompt"]
     finals = by_job(stack.consume("retort.final"), jid)
     assert len(finals) == 1
     ev = finals[0]["value"]

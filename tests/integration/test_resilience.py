@@ -347,12 +347,15 @@ def test_broker_errors_lose_nothing(control_stack):
 
 
 @pytest.mark.parametrize("refusals,kept", [(1, 5), (3, None)])
-def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_stack, refusals, kept):
+def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_stack, envelopes, refusals, kept):
     """The topic may take less than the producer's message.max.bytes.  A
     retry job Kafka refused as too large was produced again, unchanged,
     every 500 ms for good, holding its partition's commits back.  Now each
     refusal cuts its reflection further: 1 KiB of output and 5 violations,
-    then 1 violation and no output, then no reflection (a fresh ask)."""
+    then 1 violation and no output, then no reflection (a fresh ask).  A
+    cut reflection says what it left out, the repair prompt that more
+    violations were found than it lists, and the next attempt's record
+    that its repair was cut."""
     stack = control_stack
     w = stack.start_worker()
     jid = uid("retry-big")
@@ -369,12 +372,22 @@ def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_sta
     assert len(retries) == 1, retries
     rec1 = json.loads(stack.redis_client().lindex("retort:job:{%s}:history" % jid, 0))
     assert len(rec1["violations"]) == 8
+    envelopes.validate("job.schema.json", retries[0])
+    rec2 = esc["history"][1]
+    envelopes.validate("events/attempt.schema.json", rec2)
     if kept is None:
         assert "reflection" not in retries[0]
+        assert "reflection_cut" not in rec2
     else:
         refl = retries[0]["reflection"]
         assert len(refl["violations"]) == kept
         assert [v["path"] for v in refl["violations"]] == [v["path"] for v in rec1["violations"][:kept]]
+        assert refl["violations_total"] == 8
+        assert refl["previous_output_bytes"] == len(rec1["output"].encode())
+        assert refl["cut"] == "previous output cut to 1 KiB, 5 violations kept"
+        assert refl["prompt"].endswith("- and 3 more problems not listed here") or \
+            "- and 3 more problems not listed here\n" in refl["prompt"], refl["prompt"]
+        assert rec2["reflection_cut"] == refl["cut"]
     log = stack.worker_log(w.name)
     assert log.count("Broker: Message size too large") == refusals, log[-3000:]
     assert "retry job cut to" in log
@@ -479,6 +492,9 @@ def test_retry_job_is_shrunk_to_the_message_size(stack):
     assert len(retries) == 1
     refl = retries[0]["value"]["reflection"]
     assert len(refl["previous_output"].encode()) <= 1024 and len(refl["violations"]) <= 5
+    # the job's own 3.5 KB prompt leaves room for the second cut only
+    assert refl["cut"] == "without the previous output, 1 violation kept" and refl["previous_output"] == ""
+    assert refl["previous_output_bytes"] > 0 and refl["violations_total"] >= len(refl["violations"]) == 1
     assert "retry job cut to" in stack.worker_log(w.name)
     assert [m["value"]["attempts"] for m in stack.consume("retort.final") if m["value"]["job_id"] == jid] == [2]
 

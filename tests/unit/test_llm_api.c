@@ -290,7 +290,7 @@ static void test_reflection_prompt(void **s) {
     cJSON *v = cJSON_Parse("[{\"path\":\"/price\",\"code\":\"WRONG_TYPE\",\"message\":\"must be a number\","
                            "\"expected\":\"number\",\"actual\":\"\\\"cheap\\\"\"},"
                            "{\"path\":\"\",\"code\":\"MISSING_FIELD\",\"message\":\"sku is required\"}]");
-    reflect_input in = {NULL, 1, 3, "validation failed", v, "{}", "{\"price\":\"cheap\"}"};
+    reflect_input in = {NULL, 1, 3, "validation failed", v, "{}", "{\"price\":\"cheap\"}", 0};
     char *p = reflect_render(&in);
     assert_non_null(strstr(p, "attempt 1 of 3"));
     assert_non_null(strstr(p, "- at /price: WRONG_TYPE: must be a number (expected: number; got: \"cheap\")"));
@@ -300,6 +300,27 @@ static void test_reflection_prompt(void **s) {
     p = reflect_render(&in);
     assert_string_equal(p, "1/3 {unknown} {\"price\":\"cheap\"} {}");
     free(p);
+    /* a list cut to fit Kafka says how many more there were; a total of
+     * 0 or no more than listed adds nothing */
+    static const struct {
+        int total;
+        const char *line; /* NULL: no such line */
+    } totals[] = {
+        {0, NULL},
+        {2, NULL},
+        {3, "MISSING_FIELD: sku is required\n- and 1 more problem not listed here"},
+        {9, "\n- and 7 more problems not listed here"},
+    };
+    in.tmpl = "{violations}";
+    for (size_t i = 0; i < sizeof totals / sizeof totals[0]; i++) {
+        in.violations_total = totals[i].total;
+        p = reflect_render(&in);
+        if (totals[i].line)
+            assert_non_null(strstr(p, totals[i].line));
+        else
+            assert_null(strstr(p, "not listed"));
+        free(p);
+    }
     cJSON_Delete(v);
 }
 
