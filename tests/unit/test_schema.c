@@ -18,6 +18,7 @@
 #include "validate_cli.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1090,6 +1091,78 @@ static void cli_not_json(const char *schema_path, const char *name, const char *
  * 12345678901234567890 would read 1.2345678901234567e+19 and 1e400 would
  * read 1e999.  A tree of cJSON's own reader has no text: the
  * double's shortest form. */
+/* Member names are compared with the schema's as words (schema.c
+ * ent_name_eq): every length around the word sizes; a name one byte
+ * short of the expected one, one byte longer, or different in its last
+ * byte; each name in turn ending at the last byte of a page before an
+ * unmapped one. */
+static void test_member_names_compared_exactly(void **state)
+{
+    (void)state;
+    enum { N = 19 };
+    static const char full[] = "abcdefghijklmnopqr"; /* names of 0..18 bytes */
+    char schema_text[2048] = "{\"type\":\"object\",\"additionalProperties\":false,\"properties\":{";
+    for (int i = 0; i < N; i++)
+        snprintf(schema_text + strlen(schema_text), sizeof schema_text - strlen(schema_text),
+                 "%s\"%.*s\":{\"const\":%d}", i ? "," : "", i, full, i);
+    strcat(schema_text, "}}");
+    schema *s = compile_text(schema_text, NULL);
+    long page = sysconf(_SC_PAGESIZE);
+    char *pages = mmap(NULL, (size_t)page * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(pages != MAP_FAILED);
+    assert_int_equal(mprotect(pages + page, (size_t)page, PROT_NONE), 0);
+    /* bad: -1 every name right, else name `bad` changed as `kind` says
+     * (0 last byte, 1 one byte short, 2 one byte more); end: the name
+     * placed at the page's end (-1 none) */
+    for (int bad = -1; bad < N; bad++) {
+        for (int kind = 0; kind < 3; kind++) {
+            if ((bad < 0 && kind) || (bad == 0 && kind != 2))
+                continue; /* "" has no last byte to change or drop */
+            for (int end = -1; end < N; end++) {
+                char names[N][24], want[32] = "";
+                cJSON *inst = cJSON_CreateObject();
+                for (int i = 0; i < N; i++) {
+                    char *nm = names[i];
+                    memcpy(nm, full, (size_t)i);
+                    nm[i] = '\0';
+                    if (i == bad) {
+                        if (kind == 0)
+                            nm[i - 1] = 'Z';
+                        else if (kind == 1)
+                            nm[i - 1] = '\0';
+                        else
+                            memcpy(nm + i, "Z", 2);
+                        snprintf(want, sizeof want, "/%s", nm);
+                    }
+                    if (i == end)
+                        nm = memcpy(pages + page - (long)(strlen(nm) + 1), nm, strlen(nm) + 1);
+                    cJSON_AddItemToObjectCS(inst, nm, cJSON_CreateNumber(i));
+                }
+                schema_violations v = {0};
+                int fast = schema_validate(s, inst, NULL);
+                int r = schema_validate(s, inst, &v);
+                assert_int_equal(fast, r);
+                if (bad < 0 && r != 0)
+                    fail_msg("end %d: valid instance found invalid: %s %s", end, v.items[0].path, v.items[0].message);
+                if (bad >= 0) {
+                    /* the changed name is not the schema's: a member not
+                     * allowed, or (one byte short is the name before it)
+                     * a second member under a const of another value */
+                    int found = 0;
+                    for (size_t k = 0; k < v.count; k++)
+                        found |= strcmp(v.items[k].path, want) == 0;
+                    if (r != 1 || !found)
+                        fail_msg("bad %d kind %d end %d: no violation at %s", bad, kind, end, want);
+                }
+                schema_violations_clear(&v);
+                cJSON_Delete(inst);
+            }
+        }
+    }
+    munmap(pages, (size_t)page * 2);
+    schema_free(s);
+}
+
 static void test_numbers_as_written(void **state)
 {
     (void)state;
@@ -1318,6 +1391,7 @@ int main(void)
         cmocka_unit_test(test_discriminated_union),
         cmocka_unit_test(test_required_order_and_long_path),
         cmocka_unit_test(test_numbers_as_written),
+        cmocka_unit_test(test_member_names_compared_exactly),
         cmocka_unit_test(test_validate_cli),
         cmocka_unit_test(test_registry_load_dir),
     };
