@@ -1126,12 +1126,12 @@ static void test_member_names_compared_exactly(void **state)
                     memcpy(nm, full, (size_t)i);
                     nm[i] = '\0';
                     if (i == bad) {
-                        if (kind == 0)
-                            nm[i - 1] = 'Z';
-                        else if (kind == 1)
-                            nm[i - 1] = '\0';
-                        else
-                            memcpy(nm + i, "Z", 2);
+                        if (kind == 2) {
+                            nm[i] = 'Z';
+                            nm[i + 1] = '\0';
+                        } else if (i > 0) {
+                            nm[i - 1] = kind == 0 ? 'Z' : '\0';
+                        }
                         snprintf(want, sizeof want, "/%s", nm);
                     }
                     if (i == end)
