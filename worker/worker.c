@@ -463,10 +463,11 @@ static const struct {
 #define RETRY_CUTS ((int)(sizeof(retry_cuts) / sizeof(retry_cuts[0])))
 
 /* The reflection of attempt `attempt` at cut level `cut` (retry_cuts):
- * as many of j->violations, and as much of j->text, as the cut keeps.  What was left out is said in it
- * (violations_total, previous_output_bytes, cut), so that a reader of the
- * retry job, and the next attempt's record, can tell a short reflection
- * from a cut one.  Taken by the caller; NULL when out of memory. */
+ * as many of j->violations, and as much of j->text, as the cut keeps.
+ * What was left out is said in it (violations_total,
+ * previous_output_bytes, cut), so that a reader of the retry job, and the
+ * next attempt's record, can tell a short reflection from a cut one.
+ * Taken by the caller; NULL when out of memory. */
 static cJSON *make_reflection(wjob *j, int attempt, int cut) {
     worker *w = j->w;
     cJSON *r = cJSON_CreateObject(), *few = NULL;
