@@ -58,6 +58,17 @@ void metrics_render(const metrics *m, sbuf *b) {
     sbuf_puts(b, "# HELP retort_jobs_total Job messages handled, by outcome.\n# TYPE retort_jobs_total counter\n");
     for (int i = 0; i < METRICS_OUTCOMES; i++)
         sbuf_printf(b, "retort_jobs_total{outcome=\"%s\"} %llu\n", outcomes[i], (unsigned long long)m->jobs[i]);
+    sbuf_puts(b, "# HELP retort_produce_failures_total Outcome messages Kafka refused or did not deliver "
+                 "(each is produced again; the log says why), by outcome.\n"
+                 "# TYPE retort_produce_failures_total counter\n");
+    for (int i = 0; i < METRICS_SKIPPED; i++)
+        sbuf_printf(b, "retort_produce_failures_total{outcome=\"%s\"} %llu\n", outcomes[i],
+                    (unsigned long long)m->produce_failures[i]);
+    sbuf_puts(b, "# HELP retort_messages_cut_total Outcome messages produced cut to fit a Kafka message (an "
+                 "event without its largest members, a retry job with less reflection), by outcome.\n"
+                 "# TYPE retort_messages_cut_total counter\n");
+    for (int i = 0; i < METRICS_SKIPPED; i++)
+        sbuf_printf(b, "retort_messages_cut_total{outcome=\"%s\"} %llu\n", outcomes[i], (unsigned long long)m->cut[i]);
     sbuf_printf(b, "# HELP retort_attempts_total Attempts decided (LLM answer validated or failed).\n"
                    "# TYPE retort_attempts_total counter\nretort_attempts_total %llu\n",
                 (unsigned long long)m->attempts);

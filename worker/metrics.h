@@ -29,6 +29,9 @@ typedef struct metrics_histogram {
 
 typedef struct metrics {
     uint64_t jobs[METRICS_OUTCOMES];
+    /* by the outcome of the message (final, retry, escalated, dead_letter) */
+    uint64_t produce_failures[METRICS_SKIPPED]; /* refused or not delivered: produced again */
+    uint64_t cut[METRICS_SKIPPED];              /* produced cut to fit a Kafka message */
     uint64_t attempts;
     uint64_t owner_waits;              /* messages that waited for a live worker's attempt */
     uint64_t takeovers;                /* attempts taken over from a worker found gone */

@@ -317,6 +317,15 @@ static void produce_retry_timer(uv_timer_t *t) { produce_outcome(t->data); }
  * be refused on every try, holding its partition's commits back for good:
  * it goes out without its largest parts instead, which the event names
  * (events_fit).  A retry job is cut instead (retry_cuts). */
+/* The outcome a job's message is counted under in the metrics. */
+static metrics_outcome message_outcome(const wjob *j) {
+    return j->is_dlq                      ? METRICS_DEAD_LETTER
+           : j->ev_type == EVENT_FINAL    ? METRICS_FINAL
+           : j->ev_type == EVENT_RETRY    ? METRICS_RETRY
+           : j->ev_type == EVENT_ESCALATED ? METRICS_ESCALATED
+                                           : METRICS_DEAD_LETTER;
+}
+
 static void fit_event(wjob *j, const char *key, const kafka_io_header *hdrs, int nhdrs) {
     worker *w = j->w;
     size_t over = 512 + (key ? strlen(key) : 0), max = kafka_io_max_message(w->kio);
@@ -324,14 +333,16 @@ static void fit_event(wjob *j, const char *key, const kafka_io_header *hdrs, int
     size_t limit = max > over ? max - over : 0, len = strlen(j->ev_value);
     if (j->fit_limit && j->fit_limit < limit) limit = j->fit_limit;
     if (len <= limit) return;
-    if (events_fit(&j->ev_value, limit) == 0)
+    if (events_fit(&j->ev_value, limit) == 0) {
+        w->m.cut[message_outcome(j)]++;
         log_warn(j->job.job_id, j->ev_attempt,
                  "the %s event (%zu bytes) is larger than a Kafka message may be (%zu): produced without "
                  "its largest parts (%zu bytes; its \"omitted\" names them)",
                  events_ce_type(j->ev_type), len, limit, strlen(j->ev_value));
-    else
+    } else {
         log_error(j->job.job_id, j->ev_attempt, "the %s event (%zu bytes) cannot be cut to %zu bytes",
                   events_ce_type(j->ev_type), len, limit);
+    }
 }
 
 static void produce_outcome(wjob *j) {
@@ -356,13 +367,17 @@ static void produce_outcome(wjob *j) {
                               j, err, sizeof(err));
     if (rc == 2) {
         /* our estimate of librdkafka's overhead was short: cut and go on */
+        w->m.produce_failures[message_outcome(j)]++;
         uv_timer_start(&j->timer, produce_retry_timer, cut_harder(j) ? 5000 : 0, 0);
         return;
     }
     if (rc) {
         /* Queue full or a transient client state: try again shortly; the
          * message stays uncommitted meanwhile, so nothing is lost. */
-        if (rc < 0) log_warn(j->job.job_id, j->job.attempt, "%s; retrying", err);
+        if (rc < 0) {
+            w->m.produce_failures[message_outcome(j)]++;
+            log_warn(j->job.job_id, j->job.attempt, "%s; retrying", err);
+        }
         uv_timer_start(&j->timer, produce_retry_timer, rc > 0 ? 50 : 1000, 0);
     }
 }
@@ -383,6 +398,7 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     wjob *j = opaque;
     worker *w = ud;
     if (err) {
+        w->m.produce_failures[message_outcome(j)]++;
         log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed: %s; producing again",
                  j->ev_topic, rd_kafka_err2str(err));
         /* the broker takes less than our message.max.bytes: cut harder */
@@ -532,10 +548,12 @@ static void build_retry(wjob *j, int attempt, size_t limit) {
         free(value);
         j->retry_cut++;
     }
-    if (value && j->retry_cut)
+    if (value && j->retry_cut) {
+        w->m.cut[METRICS_RETRY]++;
         log_warn(j->job.job_id, attempt, "retry job cut to %zu bytes to fit %s (%zu): %s%s", strlen(value),
                  limit ? "under what Kafka refused" : "retry.max_message_bytes", max, retry_cuts[j->retry_cut].what,
                  strlen(value) > max ? "; still larger" : "");
+    }
     set_event(j, EVENT_RETRY, w->t_jobs, attempt, NULL, value);
 }
 

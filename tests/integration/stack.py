@@ -3,6 +3,7 @@ redis-server, the mock Kafka broker process (librdkafka's mock cluster), the
 mock LLM over HTTP and retort worker processes, all on loopback ports."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +33,29 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+METRICS_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (-?[0-9.e+Inf]+)$')
+
+
+def scrape_metrics(port):
+    """The worker's /metrics, parsed: ({(name, sorted labels): value}, {name: type})."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    samples, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE"):
+            _, _, name, kind = line.split()
+            types[name] = kind
+            continue
+        if not line or line.startswith("#"):
+            continue
+        m = METRICS_LINE.match(line)
+        assert m, "not Prometheus text: %r" % line
+        labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(3) or "")))
+        samples[(m.group(1), labels)] = float(m.group(4))
+    return samples, types
 
 
 def _read_line(proc, prefix, timeout=20):

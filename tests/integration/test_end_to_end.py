@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from stack import job
+from stack import free_port, job, scrape_metrics
 
 
 def uid(prefix):
@@ -268,7 +268,9 @@ def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stac
     Kafka on every try, such an event held its message, and every later
     offset of the partition, for good.  Now each goes out without its
     largest member, named in "omitted", and the offsets are committed."""
-    w = stack.start_worker("--set", "kafka.producer.message.max.bytes=20000")
+    port = free_port()
+    w = stack.start_worker("--set", "kafka.producer.message.max.bytes=20000",
+                           "--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     bin_id, meta_id, after = uid("big-bin"), uid("big-meta"), uid("after-big")
     stack.produce("retort.jobs", [(bin_id, b'{"job_id":"x' + b"\xff" * 30000 + b'"}')])
     stack.produce_jobs([job(meta_id, metadata={"notes": "n" * 25000}), job(after)])
@@ -289,6 +291,9 @@ def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stac
     # the record in Redis and the job's input keep everything
     assert stack.redis_client().hget("retort:job:{%s}" % meta_id, "status") == "final"
     assert "larger than a Kafka message may be" in stack.worker_log(w.name)
+    samples, _ = scrape_metrics(port)
+    cut = {dict(labels)["outcome"]: v for (name, labels), v in samples.items() if name == "retort_messages_cut_total"}
+    assert cut == {"final": 1, "retry": 0, "escalated": 0, "dead_letter": 1}
     # every message was acknowledged: a drain has nothing to wait for, and
     # a new member of the group does not see any of them again
     assert stack.stop_worker(w) == 0

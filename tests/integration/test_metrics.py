@@ -1,32 +1,10 @@
 """/metrics (Prometheus text format, parsed), /healthz and /readyz."""
-import re
 import time
 import urllib.error
 import urllib.request
 import uuid
 
-from stack import free_port, job
-
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (-?[0-9.e+Inf]+)$')
-
-
-def scrape(port):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
-        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = r.read().decode()
-    samples, types = {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE"):
-            _, _, name, kind = line.split()
-            types[name] = kind
-            continue
-        if not line or line.startswith("#"):
-            continue
-        m = LINE.match(line)
-        assert m, "not Prometheus text: %r" % line
-        labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(3) or "")))
-        samples[(m.group(1), labels)] = float(m.group(4))
-    return samples, types
+from stack import free_port, job, scrape_metrics as scrape
 
 
 def get(port, path):
@@ -60,6 +38,11 @@ def test_metrics_and_health(stack):
     assert s[("retort_llm_latency_seconds_count", ())] == 15
     assert s[("retort_llm_latency_seconds_bucket", (("le", "+Inf"),))] == 15
     assert s[("retort_inflight_jobs", ())] == 0
+    # every message went out whole at the first try
+    for name in ("retort_produce_failures_total", "retort_messages_cut_total"):
+        assert types[name] == "counter"
+        for outcome in ("final", "retry", "escalated", "dead_letter"):
+            assert s[(name, (("outcome", outcome),))] == 0
     assert not any("job_id" in dict(labels) for (_, labels) in s)
     status, body = get(port, "/readyz")
     assert status == 200 and "redis ok" in body

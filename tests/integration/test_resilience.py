@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from stack import BUILD, Stack, free_port, job, proc_cpu_s
+from stack import BUILD, Stack, free_port, job, proc_cpu_s, scrape_metrics
 
 
 def uid(prefix):
@@ -357,7 +357,8 @@ def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_sta
     violations were found than it lists, and the next attempt's record
     that its repair was cut."""
     stack = control_stack
-    w = stack.start_worker()
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     jid = uid("retry-big")
     # 8 violations: every required field of the wrong type, and one extra
     answer = {"name": 1, "sku": 2, "price": "a", "currency": 3, "category": 4, "in_stock": 5, "tags": 6, "z": 1}
@@ -391,6 +392,11 @@ def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_sta
     log = stack.worker_log(w.name)
     assert log.count("Broker: Message size too large") == refusals, log[-3000:]
     assert "retry job cut to" in log
+    # each refusal is a failed delivery and a cut, which the metrics count
+    samples, _ = scrape_metrics(port)
+    assert samples[("retort_produce_failures_total", (("outcome", "retry"),))] == refusals
+    assert samples[("retort_messages_cut_total", (("outcome", "retry"),))] == refusals
+    assert samples[("retort_messages_cut_total", (("outcome", "escalated"),))] == 0
     # the retry's message was acknowledged: a drain has nothing to wait for
     assert stack.stop_worker(w) == 0
 
