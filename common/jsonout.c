@@ -55,7 +55,16 @@ int jsonout_number(sbuf *b, double d) {
     return sbuf_append(b, buf, (size_t)n);
 }
 
-static int value(sbuf *b, const cJSON *v, int depth) {
+static int tabs(sbuf *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (sbuf_append(b, "\t", 1)) return -1;
+    return 0;
+}
+
+/* fmt: laid out as cJSON_Print lays it out (an object's members one a
+ * line, indented by tabs, a tab after the colon; an array on one line,
+ * ", " between its elements). */
+static int value(sbuf *b, const cJSON *v, int depth, int fmt) {
     if (depth > 1000) return -1; /* cJSON's own nesting limit is lower */
     switch (v->type & 0xFF) {
     case cJSON_False: return sbuf_append(b, "false", 5);
@@ -71,30 +80,37 @@ static int value(sbuf *b, const cJSON *v, int depth) {
     case cJSON_Raw: return v->valuestring ? sbuf_puts(b, v->valuestring) : -1;
     case cJSON_Array:
     case cJSON_Object: {
-        int obj = (v->type & 0xFF) == cJSON_Object;
-        if (sbuf_append(b, obj ? "{" : "[", 1)) return -1;
+        int obj = (v->type & 0xFF) == cJSON_Object, lines = fmt && obj;
+        if (sbuf_append(b, obj ? "{" : "[", 1) || (lines && sbuf_append(b, "\n", 1))) return -1;
         for (const cJSON *c = v->child; c; c = c->next) {
-            if (c != v->child && sbuf_append(b, ",", 1)) return -1;
+            if (lines && tabs(b, depth + 1)) return -1;
             if (obj) {
                 const char *k = c->string ? c->string : "";
-                if (sbuf_json_string(b, k, strlen(k)) || sbuf_append(b, ":", 1)) return -1;
+                if (sbuf_json_string(b, k, strlen(k)) || sbuf_append(b, ":\t", fmt ? 2 : 1)) return -1;
             }
-            if (value(b, c, depth + 1)) return -1;
+            if (value(b, c, depth + 1, fmt)) return -1;
+            if (c->next && sbuf_append(b, ", ", fmt && !obj ? 2 : 1)) return -1;
+            if (lines && sbuf_append(b, "\n", 1)) return -1;
         }
+        if (lines && tabs(b, depth)) return -1;
         return sbuf_append(b, obj ? "}" : "]", 1);
     }
     default: return -1;
     }
 }
 
-int jsonout_value(sbuf *b, const cJSON *v) { return v ? value(b, v, 0) : -1; }
+int jsonout_value(sbuf *b, const cJSON *v) { return v ? value(b, v, 0, 0) : -1; }
 
-char *jsonout_print(const cJSON *v) {
+static char *print(const cJSON *v, int fmt) {
     sbuf b = {0};
     /* Records and events run to a few KB: skip the first doublings. */
-    if (sbuf_reserve(&b, 2048) || jsonout_value(&b, v)) {
+    if (!v || sbuf_reserve(&b, 2048) || value(&b, v, 0, fmt)) {
         sbuf_free(&b);
         return NULL;
     }
     return sbuf_take(&b);
 }
+
+char *jsonout_print(const cJSON *v) { return print(v, 0); }
+
+char *jsonout_print_formatted(const cJSON *v) { return print(v, 1); }

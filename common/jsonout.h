@@ -24,5 +24,8 @@ int jsonout_value(sbuf *b, const cJSON *v);
 int jsonout_number(sbuf *b, double d);
 /* v as a malloc'd string (taken by the caller), or NULL on OOM / NULL v. */
 char *jsonout_print(const cJSON *v);
+/* The same, laid out for people byte for byte as cJSON_Print lays it out
+ * (but for the numbers' text, as above). */
+char *jsonout_print_formatted(const cJSON *v);
 
 #endif

@@ -9,6 +9,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "jsonin.h"
+#include "jsonout.h"
+
 int status_cli_main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
@@ -64,10 +67,20 @@ int status_cli_main(int argc, char **argv) {
     }
     cJSON *hist = cJSON_AddArrayToObject(out, "history");
     for (size_t i = 0; i < l->elements; i++) {
-        cJSON *rec = cJSON_ParseWithLength(l->element[i]->str, l->element[i]->len);
+        /* read with jsonin and printed with jsonout: a number of the
+         * model's output shows as it was written (cJSON would print
+         * 12345678901234567890 as 1.2345678901234567e+19) */
+        cJSON *in = jsonin_parse_all(l->element[i]->str, l->element[i]->len, NULL);
+        cJSON *rec = in ? cJSON_Duplicate(in, 1) : NULL;
+        jsonin_free(in);
         if (rec) cJSON_AddItemToArray(hist, rec);
     }
-    char *s = cJSON_Print(out);
+    char *s = jsonout_print_formatted(out);
+    if (!s) {
+        fprintf(stderr, "retort status: out of memory\n");
+        rc = 1;
+        goto done;
+    }
     printf("%s\n", s);
     free(s);
     rc = 0;

@@ -484,6 +484,17 @@ def test_status_command(stack):
     missing = subprocess.run([os.path.join(BUILD, "retort"), "status", "no-such-job", "-c", stack.config_path],
                              capture_output=True, text=True, timeout=10)
     assert missing.returncode == 1 and "no-such-job" in missing.stderr
+    # the records' numbers as written: the model's 12345678901234567890
+    # and 1e400 (cJSON printed 1.2345678901234567e+19 and null)
+    big = uid("status-big")
+    r = stack.redis_client()
+    r.hset("retort:job:{%s}" % big, mapping={"status": "final", "attempt": 1})
+    r.rpush("retort:job:{%s}:history" % big, '{"attempt":1,"value":{"id":12345678901234567890,"x":1e400,"y":0.1}}')
+    out = subprocess.run([os.path.join(BUILD, "retort"), "status", big, "-c", stack.config_path],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    assert '"id":\t12345678901234567890,' in out.stdout and '"x":\t1e400,' in out.stdout, out.stdout
+    assert json.loads(out.stdout)["history"][0]["value"]["y"] == 0.1
 
 
 def test_retry_job_is_shrunk_to_the_message_size(stack):

@@ -11,18 +11,22 @@
 
 #include "jsonout.h"
 
+/* jsonout_print is cJSON_PrintUnformatted, jsonout_print_formatted is
+ * cJSON_Print, byte for byte. */
 static void same_as_cjson(const cJSON *v) {
-    char *want = cJSON_PrintUnformatted(v);
-    char *got = jsonout_print(v);
-    assert_non_null(want);
-    assert_non_null(got);
-    size_t i = 0;
-    while (want[i] && want[i] == got[i]) i++;
-    if (want[i] != got[i])
-        fail_msg("differs at %zu: cJSON \"%.40s\" jsonout \"%.40s\"", i, want + (i > 20 ? i - 20 : 0),
-                 got + (i > 20 ? i - 20 : 0));
-    free(want);
-    free(got);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        char *want = fmt ? cJSON_Print(v) : cJSON_PrintUnformatted(v);
+        char *got = fmt ? jsonout_print_formatted(v) : jsonout_print(v);
+        assert_non_null(want);
+        assert_non_null(got);
+        size_t i = 0;
+        while (want[i] && want[i] == got[i]) i++;
+        if (want[i] != got[i])
+            fail_msg("%s differs at %zu: cJSON \"%.40s\" jsonout \"%.40s\"", fmt ? "formatted" : "compact", i,
+                     want + (i > 20 ? i - 20 : 0), got + (i > 20 ? i - 20 : 0));
+        free(want);
+        free(got);
+    }
 }
 
 static void test_documents(void **s) {
@@ -34,7 +38,7 @@ static void test_documents(void **s) {
         "4.35", "1234.5678", "-0.000001", "1e21", "123456789.123456789",
         "\"\"", "\"plain\"", "\"q\\\"b\\\\s\\/\"", "\"\\b\\f\\n\\r\\t\\u0001\\u001f\\u007f\"",
         "\"h\\u00e9llo \\u4e16\\u754c \\ud83d\\ude00\"",
-        "[]", "{}", "[[],[{}],{\"a\":[1,2,{\"b\":null}]}]",
+        "[]", "{}", "[[],[{}],{\"a\":[1,2,{\"b\":null}]}]", "{\"a\":{},\"b\":[],\"c\":{\"d\":{\"e\":[{\"f\":1},{}]}}}",
         "{\"\":1,\"a b\":\"c\",\"\\n\":[true,false],\"\\u00e9\":{\"x\":-2.5e-7}}",
         "{\"id\":\"123e4567\",\"items\":[{\"sku\":\"ABC-1\",\"price\":{\"amount\":1999.99,\"currency\":\"GBP\"},"
         "\"quantity\":500}],\"score\":0.93,\"weight_kg\":12.5}",
