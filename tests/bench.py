@@ -44,7 +44,9 @@ everysec, everysec, always; lat when Redis is not run with `always`) to see
 how the slow jobs cluster (jobs of more than one attempt under
 "rows_more", with the stamps of each attempt), BENCH_LATENCY_RATE=N runs the
 latency phases at N jobs/s instead of half the measured rate (to compare
-two settings at one load).
+two settings at one load), BENCH_INLINE_SCHEMAS=1 sends every job with its
+schema inline instead of its name (what the worker's schemas.inline_cache
+saves).
 
 Each latency run starts with Redis's append-only file rewritten (the
 throughput phase left tens of MB of it; an automatic rewrite in the measured

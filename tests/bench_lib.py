@@ -17,6 +17,7 @@ from stack import BUILD, CLK_TCK, REPO, Stack, proc_cpu_s  # noqa: E402
 
 SCHEMAS = ["product.v1", "ticket.v1", "invoice.v1"]
 FETCH_WAIT_MS = int(os.environ.get("BENCH_FETCH_WAIT_MS", "5"))   # see BenchStack.properties
+INLINE_SCHEMAS = os.environ.get("BENCH_INLINE_SCHEMAS") == "1"
 PROMPTS = {
     "product.v1": "Extract the product listing from: 'Lightweight trail running shoe, breathable mesh, 89.90 EUR, in stock.'",
     "ticket.v1": "Triage this support email: 'I reset my password twice and still cannot log in. I'm on the Pro plan.'",
@@ -144,6 +145,8 @@ def job_doc(job_id, i, directive=None):
     prompt = PROMPTS[schema]
     if directive:
         prompt += " [[mock %s]]" % directive
+    if INLINE_SCHEMAS:  # the same schema, sent with the job (see bench.py)
+        return {"job_id": job_id, "schema": load_schema(schema), "prompt": prompt}
     return {"job_id": job_id, "schema": schema, "prompt": prompt}
 
 

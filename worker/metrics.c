@@ -92,6 +92,10 @@ void metrics_render(const metrics *m, sbuf *b) {
     sbuf_printf(b, "# HELP retort_llm_tokens_total Tokens reported by the LLM.\n# TYPE retort_llm_tokens_total counter\n"
                    "retort_llm_tokens_total{kind=\"prompt\"} %llu\nretort_llm_tokens_total{kind=\"completion\"} %llu\n",
                 (unsigned long long)m->tokens[0], (unsigned long long)m->tokens[1]);
+    sbuf_printf(b, "# HELP retort_inline_schemas_total Inline schemas of jobs, by whether the worker had them "
+                   "compiled already (hit) or compiled them (miss).\n# TYPE retort_inline_schemas_total counter\n"
+                   "retort_inline_schemas_total{cache=\"hit\"} %llu\nretort_inline_schemas_total{cache=\"miss\"} %llu\n",
+                (unsigned long long)m->inline_hits, (unsigned long long)m->inline_misses);
     histogram(b, "retort_llm_latency_seconds", "Latency of one LLM call.", &m->llm_latency);
     histogram(b, "retort_job_latency_seconds", "From an attempt's start to its outcome, LLM included.", &m->job_latency);
     sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now.\n# TYPE retort_inflight_jobs gauge\n"

@@ -29,6 +29,7 @@
 #include "reflect.h"
 #include "rules.h"
 #include "schema.h"
+#include "schema_cache.h"
 #include "state.h"
 #include "util.h"
 #include "webhook.h"
@@ -68,8 +69,7 @@ typedef struct wjob {
     uint64_t epoch;
     job job;
     const out_schema *os;    /* named schema, or NULL */
-    schema *inline_compiled; /* inline schema, owned */
-    char *inline_text;
+    schema_cache_entry *inline_ent; /* inline schema, held (schema_cache) */
     const char *schema_name;
     const cJSON *schema_doc;
     const char *schema_text;
@@ -149,6 +149,7 @@ struct worker {
     state *st;
     offsets *offs;
     schema_registry *reg;
+    schema_cache *scache;    /* inline schemas, compiled once */
     schema *envelope;
     rules *global_rules;     /* rules.file; NULL: none */
     plugins *plugins;        /* plugins.paths */
@@ -266,8 +267,7 @@ static void rate_noop(void *ud, const state_reply *r);
 static void wjob_close_cb(uv_handle_t *h) {
     wjob *j = h->data;
     job_clear(&j->job);
-    schema_free(j->inline_compiled);
-    free(j->inline_text);
+    schema_cache_release(j->w->scache, j->inline_ent);
     free(j->text);
     free(j->rec);
     free(j->value_text);
@@ -823,7 +823,7 @@ static void validate_text(wjob *j) {
         return;
     }
     schema_violations sv = {0};
-    const schema *s = j->os ? j->os->compiled : j->inline_compiled;
+    const schema *s = j->os ? j->os->compiled : j->inline_ent->compiled;
     int rc = schema_validate(s, value, &sv);
     if (rc == 0) {
         /* The schema holds: then the global rules, the schema's rules and
@@ -1240,14 +1240,13 @@ static void resolve_schema(wjob *j) {
     }
     j->schema_name = "inline";
     char err[192];
-    j->inline_compiled = schema_compile(w->reg, s, &w->sopts, err, sizeof(err));
-    if (!j->inline_compiled) {
+    j->inline_ent = schema_cache_get(w->scache, s, err, sizeof(err));
+    if (!j->inline_ent) {
         snprintf(j->schema_error, sizeof(j->schema_error), "inline schema does not compile: %s", err);
         return;
     }
-    j->inline_text = jsonout_print(s);
     j->schema_doc = s;
-    j->schema_text = j->inline_text;
+    j->schema_text = j->inline_ent->text;
 }
 
 static int on_message(void *ud, const rd_kafka_message_t *msg) {
@@ -1437,6 +1436,10 @@ static void on_signal(uv_signal_t *s, int signum) {
 
 static void refresh_gauges(worker *w) {
     w->m.inflight = (int64_t)w->inflight;
+    schema_cache_stats sc;
+    schema_cache_get_stats(w->scache, &sc);
+    w->m.inline_hits = sc.hits;
+    w->m.inline_misses = sc.misses;
     w->m.llm_inflight = (int64_t)w->llm_active;
     w->m.consumer_lag = kafka_io_lag(w->kio);
     w->m.ready_kafka = kafka_io_ready(w->kio);
@@ -1663,6 +1666,10 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
         log_error(NULL, 0, "%s", err);
         goto out;
     }
+    if (!(w->scache = schema_cache_new(w->reg, &w->sopts, (size_t)config_get_int(cfg, "schemas.inline_cache")))) {
+        log_error(NULL, 0, "out of memory");
+        goto out;
+    }
     w->offs = offsets_new();
     const char *key_env = config_get(cfg, "llm.api_key_env");
     const char *api_key = key_env && key_env[0] ? getenv(key_env) : NULL;
@@ -1775,6 +1782,7 @@ out:;
         free(w->schemas[i].text);
     }
     free(w->schemas);
+    schema_cache_free(w->scache);
     schema_free(w->envelope);
     rules_free(w->global_rules);
     plugins_free(w->plugins);

@@ -180,16 +180,34 @@ def test_unknown_schema_escalates_without_llm_call(stack):
 
 
 def test_inline_schema(stack):
-    stack.start_worker()
-    jid = uid("inline")
+    """A job may carry its schema.  The worker compiles each distinct one
+    once (schemas.inline_cache): 8 jobs with one schema, and their retry
+    jobs, compile it once; a second schema once more; a schema that does
+    not compile escalates its job, and is not kept."""
+    port = free_port()
+    stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     schema = {"type": "object", "required": ["city", "population"], "additionalProperties": False,
               "properties": {"city": {"type": "string", "minLength": 2},
                              "population": {"type": "integer", "minimum": 0}}}
-    stack.produce_jobs([job(jid, schema=schema, directive="defect=missing_field field=population until=1")])
-    stack.wait_outcomes([jid])
-    ev = by_job(stack.consume("retort.final"), jid)[0]["value"]
-    assert ev["schema"] == "inline" and ev["attempts"] == 2
-    assert set(ev["output"]) == {"city", "population"}
+    other = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string", "maxLength": 40}}}
+    ids = [uid("inline") for _ in range(8)]
+    odd, bad = uid("inline-other"), uid("inline-bad")
+    stack.produce_jobs([job(jid, schema=schema, directive="defect=missing_field field=population until=1")
+                        for jid in ids] +
+                       [job(odd, schema=other), job(bad, schema={"type": "objekt"})])
+    stack.wait_outcomes(ids + [odd, bad])
+    finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
+    for jid in ids:
+        ev = finals[jid]
+        assert ev["schema"] == "inline" and ev["attempts"] == 2
+        assert set(ev["output"]) == {"city", "population"}
+    assert finals[odd]["attempts"] == 1 and "city" in finals[odd]["output"]
+    (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == bad]
+    assert "inline schema does not compile" in esc["reason"] + json.dumps(esc["history"])
+    samples, _ = scrape_metrics(port)
+    # 17 jobs with a schema that compiles (8 + their 8 retries + 1): 2 compiles
+    assert samples[("retort_inline_schemas_total", (("cache", "miss"),))] == 2
+    assert samples[("retort_inline_schemas_total", (("cache", "hit"),))] == 15
 
 
 def test_answer_longer_than_the_receive_buffer(stack):

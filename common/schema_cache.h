@@ -1,0 +1,54 @@
+/* schema_cache.h - inline schemas compiled once for every job that sends
+ * them.
+ *
+ * A job may carry its output schema inline instead of naming one of
+ * schemas.dir.  Compiling it costs more than the rest of a job (a schema
+ * of 30 properties, about 70 us), and a backend that sends its schema with
+ * every job sends the same few again and again.  The cache keeps the
+ * compiled form of the last `max_entries` distinct schemas, keyed by their
+ * compact JSON text (the text the model is sent, so it is printed anyway):
+ * two documents are the same schema when they print the same.  Entries a
+ * job holds are never evicted; the least recently used of the others go
+ * first.  One thread (the worker's loop); the registry and options are the
+ * same for every call. */
+#ifndef RETORT_SCHEMA_CACHE_H
+#define RETORT_SCHEMA_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "schema.h"
+
+typedef struct schema_cache schema_cache;
+
+typedef struct schema_cache_entry {
+    const schema *compiled; /* valid while the entry is held */
+    const char *text;       /* the schema as compact JSON, likewise */
+    size_t text_len;
+} schema_cache_entry;
+
+typedef struct schema_cache_stats {
+    uint64_t hits, misses; /* gets that found the schema compiled, and those that compiled it */
+    size_t entries;        /* kept now (held ones included) */
+} schema_cache_stats;
+
+/* reg (borrowed, may be NULL) and opts (copied, may be NULL) are what
+ * every schema is compiled with.  max_entries 0: nothing is kept (every
+ * get compiles, every release frees).  NULL on out of memory. */
+schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts, size_t max_entries);
+/* Accepts NULL.  Frees every kept entry, held or not: nothing may use
+ * one after. */
+void schema_cache_free(schema_cache *c);
+
+/* The compiled form of doc (borrowed), compiled now unless kept.  Held by
+ * the caller until schema_cache_release.  NULL when doc does not compile
+ * (the compiler's message in err) or on out of memory. */
+schema_cache_entry *schema_cache_get(schema_cache *c, const cJSON *doc, char *err, size_t errlen);
+/* Accepts NULL. */
+void schema_cache_release(schema_cache *c, schema_cache_entry *e);
+
+void schema_cache_get_stats(const schema_cache *c, schema_cache_stats *out);
+
+#endif
