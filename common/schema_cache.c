@@ -21,6 +21,7 @@ struct schema_cache {
     schema_registry *reg;
     schema_options opts;
     size_t max_entries, count;
+    void (*user_free)(void *);
     centry **table;
     size_t mask;
     centry *head, *tail;
@@ -44,7 +45,8 @@ static uint64_t text_hash(const char *s, size_t n)
     return h ^ (h >> 32);
 }
 
-schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts, size_t max_entries)
+schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts, size_t max_entries,
+                               void (*user_free)(void *user))
 {
     schema_cache *c = calloc(1, sizeof *c);
     if (!c)
@@ -53,6 +55,7 @@ schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts,
     if (opts)
         c->opts = *opts;
     c->max_entries = max_entries;
+    c->user_free = user_free;
     if (max_entries) {
         size_t n = 16;
         while (n < max_entries * 2)
@@ -66,8 +69,10 @@ schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts,
     return c;
 }
 
-static void entry_free(centry *e)
+static void entry_free(schema_cache *c, centry *e)
 {
+    if (e->pub.user && c->user_free)
+        c->user_free(e->pub.user);
     schema_free(e->compiled);
     free(e->text);
     free(e);
@@ -118,7 +123,7 @@ static void evict(schema_cache *c)
         centry *prev = e->prev;
         if (!e->refs) {
             drop(c, e);
-            entry_free(e);
+            entry_free(c, e);
         }
         e = prev;
     }
@@ -184,7 +189,7 @@ void schema_cache_release(schema_cache *c, schema_cache_entry *pub)
     if (--e->refs)
         return;
     if (!e->kept)
-        entry_free(e);
+        entry_free(c, e);
     else if (c->count > c->max_entries)
         evict(c);
 }
@@ -203,7 +208,7 @@ void schema_cache_free(schema_cache *c)
     centry *e = c->head;
     while (e) {
         centry *next = e->next;
-        entry_free(e);
+        entry_free(c, e);
         e = next;
     }
     free(c->table);

@@ -27,6 +27,8 @@ typedef struct schema_cache_entry {
     const schema *compiled; /* valid while the entry is held */
     const char *text;       /* the schema as compact JSON, likewise */
     size_t text_len;
+    void *user;             /* the caller's, kept with the entry (NULL at first);
+                               freed with user_free when the entry goes */
 } schema_cache_entry;
 
 typedef struct schema_cache_stats {
@@ -36,8 +38,10 @@ typedef struct schema_cache_stats {
 
 /* reg (borrowed, may be NULL) and opts (copied, may be NULL) are what
  * every schema is compiled with.  max_entries 0: nothing is kept (every
- * get compiles, every release frees).  NULL on out of memory. */
-schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts, size_t max_entries);
+ * get compiles, every release frees).  user_free (may be NULL) frees an
+ * entry's user data.  NULL on out of memory. */
+schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts, size_t max_entries,
+                               void (*user_free)(void *user));
 /* Accepts NULL.  Frees every kept entry, held or not: nothing may use
  * one after. */
 void schema_cache_free(schema_cache *c);

@@ -823,13 +823,13 @@ static void validate_text(wjob *j) {
         return;
     }
     schema_violations sv = {0};
-    const schema *s = j->os ? j->os->compiled : j->inline_ent->compiled;
+    const schema *s = j->os->compiled;
     int rc = schema_validate(s, value, &sv);
     if (rc == 0) {
         /* The schema holds: then the global rules, the schema's rules and
          * the plugins, all of them, so one repair can fix everything. */
         size_t nv = rules_check(w->global_rules, value, j->violations);
-        if (j->os) nv += rules_check(j->os->rules, value, j->violations);
+        nv += rules_check(j->os->rules, value, j->violations);
         nv += plugins_check(w->plugins, value, j->job.doc, j->violations);
         if (nv == 0) {
             j->cat = DECIDE_CAT_OK;
@@ -1003,7 +1003,7 @@ static void call_llm(wjob *j) {
     cJSON *msgs = job_messages(&j->job, sends ? NULL : j->schema_text);
     llm_api_request req = {w->provider, j->model, msgs, j->job.params, j->schema_doc,
                            j->schema_name, w->rf, w->max_tokens, j->schema_text,
-                           j->os ? j->os->strict : llm_api_schema_is_strict(j->schema_doc)};
+                           j->os->strict};
     free(j->body);
     j->body = llm_api_build_body(&req, &j->body_len);
     cJSON_Delete(msgs);
@@ -1218,6 +1218,46 @@ static void job_begin(wjob *j) {
         uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
 }
 
+/* ---- output schemas ----------------------------------------------------- */
+
+/* The parts of an output schema the worker uses, from sd (taken: held as
+ * os->doc): Retort's own settings ("x-retort": max_attempts, rules) are
+ * taken out of it, so that they stay out of what the model is sent.  0 =
+ * ok; -1 with the message in err (os is then cleared by the caller). */
+static int out_schema_fill(out_schema *os, cJSON *sd, char *err, size_t errlen) {
+    int rc = 0;
+    os->doc = sd;
+    cJSON *xr = cJSON_DetachItemFromObjectCaseSensitive(sd, "x-retort");
+    if (!(os->text = jsonout_print(sd))) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+        goto done;
+    }
+    os->strict = llm_api_schema_is_strict(sd);
+    const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
+    os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;
+    const cJSON *xrules = cJSON_GetObjectItemCaseSensitive(xr, "rules");
+    if (xrules && !(os->rules = rules_compile_prefix(xrules, "x-retort/rules", err, errlen))) rc = -1;
+done:
+    cJSON_Delete(xr);
+    return rc;
+}
+
+/* Frees what out_schema_fill made and the name; not the compiled schema
+ * (a named one's is freed with it, an inline one's by the cache). */
+static void out_schema_clear(out_schema *os) {
+    free(os->name);
+    rules_free(os->rules);
+    cJSON_Delete(os->doc);
+    free(os->text);
+}
+
+/* schema_cache's user_free: an inline schema's out_schema */
+static void inline_schema_free(void *user) {
+    out_schema_clear(user);
+    free(user);
+}
+
 /* ---- messages in -------------------------------------------------------- */
 
 static void resolve_schema(wjob *j) {
@@ -1245,8 +1285,30 @@ static void resolve_schema(wjob *j) {
         snprintf(j->schema_error, sizeof(j->schema_error), "inline schema does not compile: %s", err);
         return;
     }
-    j->schema_doc = s;
-    j->schema_text = j->inline_ent->text;
+    /* An inline schema is an output schema like the named ones, x-retort
+     * settings included, made once with its compiled form. */
+    if (!j->inline_ent->user) {
+        out_schema *os = calloc(1, sizeof(*os));
+        cJSON *sd = cJSON_Duplicate(s, 1);
+        if (!os || !sd || !(os->name = strdup("inline"))) {
+            snprintf(err, sizeof(err), "out of memory");
+            cJSON_Delete(sd);
+        } else {
+            os->compiled = (schema *)j->inline_ent->compiled;
+            if (!out_schema_fill(os, sd, err, sizeof(err))) {
+                j->inline_ent->user = os;
+                os = NULL;
+            }
+        }
+        if (os) inline_schema_free(os);
+        if (!j->inline_ent->user) {
+            snprintf(j->schema_error, sizeof(j->schema_error), "inline schema: %s", err);
+            return;
+        }
+    }
+    j->os = j->inline_ent->user;
+    j->schema_doc = j->os->doc;
+    j->schema_text = j->os->text;
 }
 
 static int on_message(void *ud, const rd_kafka_message_t *msg) {
@@ -1543,21 +1605,11 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         memset(os, 0, sizeof(*os));
         os->name = strndup(de->d_name, len - 5);
         os->compiled = c;
-        os->doc = sd;
-        /* Retort's own settings stay out of what the model is sent. */
-        cJSON *xr = cJSON_DetachItemFromObjectCaseSensitive(sd, "x-retort");
-        os->text = jsonout_print(sd);
-        os->strict = llm_api_schema_is_strict(sd);
-        const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
-        os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;
-        const cJSON *xrules = cJSON_GetObjectItemCaseSensitive(xr, "rules");
-        if (xrules && !(os->rules = rules_compile_prefix(xrules, "x-retort/rules", inner, sizeof(inner)))) {
+        if (out_schema_fill(os, sd, inner, sizeof(inner))) {
             snprintf(err, errlen, "%s: %s", path, inner);
-            cJSON_Delete(xr);
             closedir(d);
             return -1;
         }
-        cJSON_Delete(xr);
     }
     closedir(d);
     log_info(NULL, 0, "loaded %zu output schema(s) from %s", w->nschemas, dir);
@@ -1666,7 +1718,8 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
         log_error(NULL, 0, "%s", err);
         goto out;
     }
-    if (!(w->scache = schema_cache_new(w->reg, &w->sopts, (size_t)config_get_int(cfg, "schemas.inline_cache")))) {
+    if (!(w->scache = schema_cache_new(w->reg, &w->sopts, (size_t)config_get_int(cfg, "schemas.inline_cache"),
+                                       inline_schema_free))) {
         log_error(NULL, 0, "out of memory");
         goto out;
     }
@@ -1775,11 +1828,8 @@ out:;
     /* Jobs left by a drain timeout die with the process. */
     offsets_free(w->offs);
     for (size_t i = 0; i < w->nschemas; i++) {
-        free(w->schemas[i].name);
         schema_free(w->schemas[i].compiled);
-        rules_free(w->schemas[i].rules);
-        cJSON_Delete(w->schemas[i].doc);
-        free(w->schemas[i].text);
+        out_schema_clear(&w->schemas[i]);
     }
     free(w->schemas);
     schema_cache_free(w->scache);

@@ -1,8 +1,10 @@
 """The validator chain end to end: schema, then rule validators (global and
 per schema through "x-retort"), then plugin validators from shared objects."""
+import http.server
 import json
 import os
 import subprocess
+import threading
 import uuid
 
 from stack import BUILD, REPO, job
@@ -57,3 +59,57 @@ def test_bad_rules_file_is_a_clear_error(stack, tmp_path):
     w = stack.start_worker("--set", "rules.file=%s" % rules)
     assert w.wait(20) != 0
     assert "rules[0].regex" in stack.worker_log(w.name)
+
+
+class CapturingLLM(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that answers every call with one JSON
+    text and keeps the request bodies."""
+    answer = "{}"
+    bodies = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        CapturingLLM.bodies.append(json.loads(body))
+        out = json.dumps({"id": "c1", "object": "chat.completion", "model": "m",
+                          "choices": [{"index": 0, "finish_reason": "stop",
+                                       "message": {"role": "assistant", "content": CapturingLLM.answer}}],
+                          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_inline_schema_settings(stack):
+    """An inline schema's "x-retort" works as a named one's: its rules run,
+    its max_attempts holds, and it is not sent to the model.  (Before, an
+    inline schema went to the model as the job had it, x-retort included,
+    and its settings were ignored.)"""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CapturingLLM)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    CapturingLLM.answer = json.dumps({"city": "Paris"})
+    try:
+        stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port)
+        plain = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
+        ruled = dict(plain, **{"x-retort": {"max_attempts": 2, "rules": [
+            {"type": "must_not_match", "pointer": "/city", "regex": "Paris"}]}})
+        a, b = uid("inline-ruled"), uid("inline-plain")
+        stack.produce_jobs([job(a, schema=ruled)])
+        stack.wait_outcomes([a])
+        stack.produce_jobs([job(b, schema=plain)])
+        stack.wait_outcomes([b])
+        (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == a]
+        assert codes(esc) == [["FORBIDDEN_PATTERN"], ["FORBIDDEN_PATTERN"]]
+        finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] == b]
+        assert len(finals) == 1 and finals[0]["output"] == {"city": "Paris"}
+        # 2 attempts of a, 1 of b: each sent the schema without x-retort
+        assert len(CapturingLLM.bodies) == 3
+        for body in CapturingLLM.bodies:
+            assert "x-retort" not in json.dumps(body)
+            assert body["response_format"]["json_schema"]["schema"] == plain
+    finally:
+        srv.shutdown()

@@ -55,7 +55,7 @@ static void expect_stats(const schema_cache *c, uint64_t hits, uint64_t misses, 
 static void test_compiled_once(void **state)
 {
     (void)state;
-    schema_cache *c = schema_cache_new(NULL, NULL, 8);
+    schema_cache *c = schema_cache_new(NULL, NULL, 8, NULL);
     schema_cache_entry *a1 = get(c, A);
     /* the same schema written with other spacing prints the same */
     schema_cache_entry *a2 = get(c, "{ \"type\": \"object\", \"required\": [ \"a\" ] }");
@@ -77,7 +77,7 @@ static void test_compiled_once(void **state)
 static void test_least_recently_used_out_first(void **state)
 {
     (void)state;
-    schema_cache *c = schema_cache_new(NULL, NULL, 2);
+    schema_cache *c = schema_cache_new(NULL, NULL, 2, NULL);
     schema_cache_release(c, get(c, A));
     schema_cache_release(c, get(c, B));
     schema_cache_release(c, get(c, A)); /* A used after B */
@@ -96,7 +96,7 @@ static void test_least_recently_used_out_first(void **state)
 static void test_held_entries_stay(void **state)
 {
     (void)state;
-    schema_cache *c = schema_cache_new(NULL, NULL, 1);
+    schema_cache *c = schema_cache_new(NULL, NULL, 1, NULL);
     schema_cache_entry *a = get(c, A), *b = get(c, B), *c1 = get(c, C);
     expect_stats(c, 0, 3, 3); /* over the bound while held */
     is_schema(a, A, 'a');
@@ -117,7 +117,7 @@ static void test_held_entries_stay(void **state)
 static void test_no_cache(void **state)
 {
     (void)state;
-    schema_cache *c = schema_cache_new(NULL, NULL, 0);
+    schema_cache *c = schema_cache_new(NULL, NULL, 0, NULL);
     schema_cache_entry *a1 = get(c, A), *a2 = get(c, A);
     assert_ptr_not_equal(a1, a2);
     is_schema(a2, A, 'a');
@@ -132,7 +132,7 @@ static void test_no_cache(void **state)
 static void test_compile_error(void **state)
 {
     (void)state;
-    schema_cache *c = schema_cache_new(NULL, NULL, 4);
+    schema_cache *c = schema_cache_new(NULL, NULL, 4, NULL);
     cJSON *doc = cJSON_Parse("{\"type\":\"objekt\"}");
     char err[256] = "";
     for (int i = 0; i < 2; i++) {
@@ -152,7 +152,7 @@ static void test_registry(void **state)
     cJSON *def = cJSON_Parse("{\"type\":\"integer\"}");
     char err[256];
     assert_int_equal(schema_registry_add(reg, "https://example.com/int.json", def, err, sizeof err), 0);
-    schema_cache *c = schema_cache_new(reg, NULL, 4);
+    schema_cache *c = schema_cache_new(reg, NULL, 4, NULL);
     schema_cache_entry *e = get(c, "{\"$ref\":\"https://example.com/int.json\"}");
     cJSON *one = cJSON_Parse("1"), *str = cJSON_Parse("\"1\"");
     assert_int_equal(schema_validate(e->compiled, one, NULL), 0);
@@ -165,6 +165,40 @@ static void test_registry(void **state)
     cJSON_Delete(str);
 }
 
+static int freed;
+static void count_free(void *user)
+{
+    freed++;
+    free(user);
+}
+
+/* an entry's user data lives as long as the entry */
+static void test_user_data(void **state)
+{
+    (void)state;
+    freed = 0;
+    schema_cache *c = schema_cache_new(NULL, NULL, 1, count_free);
+    schema_cache_entry *a = get(c, A);
+    assert_null(a->user);
+    a->user = strdup("a");
+    schema_cache_release(c, a);
+    a = get(c, A);
+    assert_string_equal(a->user, "a");
+    schema_cache_release(c, a);
+    schema_cache_entry *b = get(c, B); /* A goes, with its data */
+    assert_int_equal(freed, 1);
+    b->user = strdup("b");
+    schema_cache_release(c, b);
+    schema_cache_free(c); /* and B's */
+    assert_int_equal(freed, 2);
+    c = schema_cache_new(NULL, NULL, 0, count_free);
+    a = get(c, A);
+    a->user = strdup("a");
+    schema_cache_release(c, a);
+    assert_int_equal(freed, 3);
+    schema_cache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -174,6 +208,7 @@ int main(void)
         cmocka_unit_test(test_no_cache),
         cmocka_unit_test(test_compile_error),
         cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_user_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
