@@ -1235,7 +1235,10 @@ static int out_schema_fill(out_schema *os, cJSON *sd, char *err, size_t errlen) 
     }
     os->strict = llm_api_schema_is_strict(sd);
     const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
-    os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)xm->valuedouble : 0;
+    /* capped before the cast (an inline schema is a job's: 1e300 is no int);
+     * retry.max_attempts_ceiling caps it again */
+    os->max_attempts = !cJSON_IsNumber(xm) || !(xm->valuedouble >= 1) ? 0
+                       : xm->valuedouble < 1000 ? (int)xm->valuedouble : 1000;
     const cJSON *xrules = cJSON_GetObjectItemCaseSensitive(xr, "rules");
     if (xrules && !(os->rules = rules_compile_prefix(xrules, "x-retort/rules", err, errlen))) rc = -1;
 done:

@@ -97,17 +97,22 @@ def test_inline_schema_settings(stack):
         plain = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
         ruled = dict(plain, **{"x-retort": {"max_attempts": 2, "rules": [
             {"type": "must_not_match", "pointer": "/city", "regex": "Paris"}]}})
-        a, b = uid("inline-ruled"), uid("inline-plain")
+        # max_attempts beyond any int: retry.max_attempts_ceiling (10) holds
+        huge = dict(plain, **{"x-retort": {"max_attempts": 1e300, "rules": ruled["x-retort"]["rules"]}})
+        a, b, c = uid("inline-ruled"), uid("inline-plain"), uid("inline-huge")
         stack.produce_jobs([job(a, schema=ruled)])
         stack.wait_outcomes([a])
         stack.produce_jobs([job(b, schema=plain)])
         stack.wait_outcomes([b])
-        (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == a]
-        assert codes(esc) == [["FORBIDDEN_PATTERN"], ["FORBIDDEN_PATTERN"]]
+        stack.produce_jobs([job(c, schema=huge)])
+        stack.wait_outcomes([c])
+        escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
+        assert codes(escs[a]) == [["FORBIDDEN_PATTERN"], ["FORBIDDEN_PATTERN"]]
+        assert codes(escs[c]) == [["FORBIDDEN_PATTERN"]] * 10
         finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] == b]
         assert len(finals) == 1 and finals[0]["output"] == {"city": "Paris"}
-        # 2 attempts of a, 1 of b: each sent the schema without x-retort
-        assert len(CapturingLLM.bodies) == 3
+        # 2 attempts of a, 1 of b, 10 of c: each sent the schema without x-retort
+        assert len(CapturingLLM.bodies) == 13
         for body in CapturingLLM.bodies:
             assert "x-retort" not in json.dumps(body)
             assert body["response_format"]["json_schema"]["schema"] == plain
