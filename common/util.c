@@ -280,6 +280,13 @@ char *util_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+long long util_clamp_ll(double d, long long lo, long long hi) {
+    if (!(d > (double)lo)) return lo; /* NaN too */
+    /* (double)hi may round up (LLONG_MAX to 2^63): at or above it is hi */
+    if (d >= (double)hi) return hi;
+    return (long long)d;
+}
+
 size_t util_ltoa(long long v, char *buf) {
     char tmp[20], *p = tmp + sizeof(tmp);
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;

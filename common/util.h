@@ -86,6 +86,12 @@ typedef struct sbuf {
  * parsing costs more than the digits. */
 size_t util_ltoa(long long v, char *buf);
 
+/* d as an integer within [lo, hi], truncated toward zero: a JSON number
+ * (a double) cast to an integer type it does not fit is undefined, so
+ * every number a message, an answer or a schema gives goes through here.
+ * NaN gives lo. */
+long long util_clamp_ll(double d, long long lo, long long hi);
+
 /* Copies the strings given (the list ends with NULL) one after the other
  * into buf (cap > 0 bytes), cut to fit and NUL-terminated; returns the
  * length the whole would have (>= cap: cut), as snprintf does.  For hot

@@ -15,13 +15,10 @@ static const char *get_str(const cJSON *obj, const char *name) {
 
 /* A number of the message for an integer field, within [-bound, bound]:
  * the envelope schema bounds each field, but the schema is the operator's
- * file, and a cast of a double beyond its type is undefined.  def when
- * absent or not a number. */
-#define INT_BOUND 1e9
-static double num_in(const cJSON *v, double bound, double def) {
-    if (!cJSON_IsNumber(v)) return def;
-    double d = v->valuedouble;
-    return d > bound ? bound : d < -bound ? -bound : d;
+ * file.  def when absent or not a number. */
+#define INT_BOUND 1000000000LL
+static long long num_in(const cJSON *v, long long bound, long long def) {
+    return cJSON_IsNumber(v) ? util_clamp_ll(v->valuedouble, -bound, bound) : def;
 }
 
 int job_parse(const char *value, size_t len, const schema *envelope, int default_max_attempts,
@@ -81,7 +78,7 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     out->max_attempts = max;
     out->max_attempts_set = cJSON_IsNumber(m);
     const cJSON *tb = cJSON_GetObjectItemCaseSensitive(doc, "token_budget");
-    out->token_budget = (long)num_in(tb, 1e15, 0);
+    out->token_budget = (long)num_in(tb, 1000000000000000LL, 0);
     const char *deadline = get_str(doc, "deadline");
     if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms)) {
         snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time", deadline);

@@ -209,14 +209,11 @@ static const char *get_str(const cJSON *obj, const char *name) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* A count of the answer's: a double beyond long's range makes the cast
- * undefined (a server may send 4e19; the fuzzer did), and no token count
- * comes near 1e15. */
+/* A count of the answer's, capped (a server may send 4e19; the fuzzer
+ * did), and no token count comes near 1e15. */
 static long get_long(const cJSON *obj, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    return d >= 1e15 ? 1000000000000000L : d <= -1e15 ? -1000000000000000L : (long)d;
+    return cJSON_IsNumber(v) ? (long)util_clamp_ll(v->valuedouble, -1000000000000000LL, 1000000000000000LL) : 0;
 }
 
 static int contains_ci(const char *hay, const char *needle) {

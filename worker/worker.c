@@ -446,7 +446,7 @@ static void build_from_history(wjob *j, const char *status, const cJSON *history
     worker *w = j->w;
     const cJSON *last = cJSON_GetArrayItem(history, cJSON_GetArraySize(history) - 1);
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(last, "attempt");
-    int attempt = cJSON_IsNumber(att) ? (int)att->valuedouble : j->job.attempt;
+    int attempt = cJSON_IsNumber(att) ? (int)util_clamp_ll(att->valuedouble, 1, INT_MAX) : j->job.attempt;
     if (!strcmp(status, "final")) {
         set_event(j, EVENT_FINAL, w->t_final, attempt, NULL,
                   events_final(&j->job, j->schema_name, j->model, history, NULL, util_wall_ms()));
@@ -1235,10 +1235,9 @@ static int out_schema_fill(out_schema *os, cJSON *sd, char *err, size_t errlen) 
     }
     os->strict = llm_api_schema_is_strict(sd);
     const cJSON *xm = cJSON_GetObjectItemCaseSensitive(xr, "max_attempts");
-    /* capped before the cast (an inline schema is a job's: 1e300 is no int);
-     * retry.max_attempts_ceiling caps it again */
-    os->max_attempts = !cJSON_IsNumber(xm) || !(xm->valuedouble >= 1) ? 0
-                       : xm->valuedouble < 1000 ? (int)xm->valuedouble : 1000;
+    /* an inline schema is a job's: 1e300 is no int (retry.max_attempts_ceiling
+     * caps it again) */
+    os->max_attempts = cJSON_IsNumber(xm) && xm->valuedouble >= 1 ? (int)util_clamp_ll(xm->valuedouble, 1, 1000) : 0;
     const cJSON *xrules = cJSON_GetObjectItemCaseSensitive(xr, "rules");
     if (xrules && !(os->rules = rules_compile_prefix(xrules, "x-retort/rules", err, errlen))) rc = -1;
 done:

@@ -1,4 +1,6 @@
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -102,6 +104,28 @@ static void test_json_string(void **s) {
             sbuf_free(&b);
         }
     }
+}
+
+/* util_clamp_ll: within the bounds, truncated; beyond them, NaN and the
+ * infinities, the bound (never a cast out of range, which the sanitized
+ * build would report). */
+static void test_clamp_ll(void **s) {
+    (void)s;
+    static const struct {
+        double d;
+        long long lo, hi, want;
+    } cases[] = {
+        {2.9, 1, 10, 2},          {-2.9, -10, 10, -2},     {1, 1, 10, 1},
+        {0.5, 1, 10, 1},          {10, 1, 10, 10},         {1e300, 1, 1000, 1000},
+        {-1e300, -5, 5, -5},      {4e19, 0, LLONG_MAX, LLONG_MAX},
+        {9.3e18, 0, LLONG_MAX, LLONG_MAX}, {-9.3e18, LLONG_MIN, 0, LLONG_MIN},
+        {1e15, -1000000000000000LL, 1000000000000000LL, 1000000000000000LL},
+        {HUGE_VAL, 0, 7, 7},      {-HUGE_VAL, 0, 7, 0},    {NAN, 3, 7, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (util_clamp_ll(cases[i].d, cases[i].lo, cases[i].hi) != cases[i].want)
+            fail_msg("case %zu: %g in [%lld, %lld] gave %lld, want %lld", i, cases[i].d, cases[i].lo, cases[i].hi,
+                     util_clamp_ll(cases[i].d, cases[i].lo, cases[i].hi), cases[i].want);
 }
 
 /* util_ltoa writes what snprintf's %lld does, at the edges too. */
@@ -209,6 +233,7 @@ int main(void) {
         cmocka_unit_test(test_sbuf_printf_grows),
         cmocka_unit_test(test_json_string),
         cmocka_unit_test(test_read_file),
+        cmocka_unit_test(test_clamp_ll),
         cmocka_unit_test(test_ltoa),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_hex4_and_utf8_put),
