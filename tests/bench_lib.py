@@ -2,6 +2,7 @@
 stack plus outcome tails and a paced job feeder), /proc readings, the
 chat-completion bodies the worker sends, and the figures computed from the
 outcome events and the Redis attempt records."""
+import functools
 import json
 import os
 import re
@@ -124,7 +125,10 @@ def _strict(s, depth=0):
     return True
 
 
+@functools.lru_cache(maxsize=None)
 def load_schema(name):
+    """The schema file, read once (the feeder of BENCH_INLINE_SCHEMAS=1
+    puts it in every job); the dict is shared: never change it."""
     with open(os.path.join(REPO, "schemas", "output", name + ".json")) as f:
         return json.load(f)
 
