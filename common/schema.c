@@ -824,6 +824,8 @@ enum kw_id {
 #define KM_NUM (KB(K_MULTIPLE_OF) | KB(K_MAXIMUM) | KB(K_MINIMUM) | KB(K_XMAXIMUM) | KB(K_XMINIMUM))
 #define KM_CNT (KB(K_MAX_ITEMS) | KB(K_MIN_ITEMS) | KB(K_MAX_PROPS) | KB(K_MIN_PROPS))
 #define KM_FAST (KB(K_TYPE) | KB(K_ENUM) | KB(K_CONST) | KM_STR | KM_NUM | KM_CNT)
+/* keywords whose reports take their fixed texts from node.kt */
+#define KM_TEXTS (KM_FAST | KB(K_REQUIRED))
 
 enum { T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_NUMBER = 16, T_STRING = 32, T_INTEGER = 64 };
 enum { B_NONE = 0, B_TRUE = 1, B_FALSE = 2 };
@@ -840,6 +842,15 @@ typedef struct mpart {
 #define MPL(lit) ((mpart){ (lit), sizeof(lit) - 1 })
 /* a keyword name and its length, as report_p() takes them */
 #define KWL(lit) (lit), (sizeof(lit) - 1)
+
+/* What a report of a keyword says whatever the instance, made once at
+ * compile time (report_texts) so that its violations point at it instead
+ * of copying it: the keyword's location, its `expected` text and, where it
+ * is constant (enum, const, pattern), the whole message.  NUL-terminated;
+ * s NULL = none. */
+typedef struct ktext {
+    mpart kloc, expected, msg;
+} ktext;
 
 typedef struct rres { /* runtime resource, for the dynamic scope */
     const char *uri;
@@ -933,8 +944,9 @@ struct node {
     /* texts of reports, made once by report_texts() */
     size_t type_text_len, enum_text_len, const_text_len, pattern_text_len;
     mpart type_msg;   /* "expected string or null, got " */
-    mpart *bound_text; /* by keyword: the bound as `expected` text (fmt_num) */
+    ktext *kt;         /* the keywords of KM_TEXTS present, in K_ order: kt_of() */
     mpart *req_text;   /* the JSON text of each required name */
+    mpart *req_msg;    /* "missing required property \"name\"" for each */
     uint64_t *enum_h;
     uint64_t max_props, min_props;
     uint64_t min_contains, max_contains;
@@ -959,6 +971,12 @@ struct node {
     const char *dyn_name; /* non-NULL: $dynamicRef is dynamic */
     node *uneval_items, *uneval_props;
 };
+
+/* The fixed texts of keyword k (in KM_TEXTS and present at n). */
+static inline const ktext *kt_of(const node *n, int k)
+{
+    return &n->kt[__builtin_popcountll(n->kwmask & KM_TEXTS & (KB(k) - 1))];
+}
 
 typedef struct res_list {
     schema_regex *re;
@@ -2469,9 +2487,32 @@ static mpart arena_text(cctx *c, const char *s, size_t l)
     return t;
 }
 
-/* The texts reports copy, made here once rather than by every report:
- * the lengths of the keyword texts, the start of the `type` message, the
- * bounds as `expected` texts and the names of `required` as JSON. */
+/* s followed by the n parts, NUL-terminated, in the schema's arena */
+static mpart arena_join(cctx *c, const mpart *parts, int n)
+{
+    size_t l = 0;
+    for (int i = 0; i < n; i++)
+        l += parts[i].l;
+    mpart t = { arena_alloc(&c->s->a, l + 1), l };
+    if (!t.s) {
+        cfail(c, "out of memory");
+        t.l = 0;
+        return t;
+    }
+    char *w = (char *)t.s;
+    for (int i = 0; i < n; i++) {
+        memcpy(w, parts[i].s, parts[i].l);
+        w += parts[i].l;
+    }
+    *w = '\0';
+    return t;
+}
+
+/* The texts of reports that do not depend on the instance, made here once
+ * (reports point at them): the lengths of the keyword texts, the start of
+ * the `type` message, node.kt (each keyword's location, bound as
+ * `expected` text, whole message where constant) and the names of
+ * `required` as JSON and as messages. */
 static void report_texts(cctx *c, node *n)
 {
     n->type_text_len = n->type_text ? strlen(n->type_text) : 0;
@@ -2484,18 +2525,32 @@ static void report_texts(cctx *c, node *n)
         int l = snprintf(msg, sizeof msg, "expected %s, got ", list);
         n->type_msg = arena_text(c, msg, (size_t)l);
     }
-    static const uint64_t bounds = KB(K_MULTIPLE_OF) | KB(K_MAXIMUM) | KB(K_MINIMUM) |
-                                   KB(K_XMAXIMUM) | KB(K_XMINIMUM) | KB(K_MAX_LENGTH) |
-                                   KB(K_MIN_LENGTH) | KB(K_MAX_ITEMS) | KB(K_MIN_ITEMS) |
-                                   KB(K_MAX_PROPS) | KB(K_MIN_PROPS);
-    if (n->kwmask & bounds) {
-        n->bound_text = arena_alloc(&c->s->a, K__COUNT * sizeof *n->bound_text);
-        if (!n->bound_text) {
+    uint64_t present = n->kwmask & KM_TEXTS;
+    if (present) {
+        n->kt = arena_alloc(&c->s->a, (size_t)__builtin_popcountll(present) * sizeof *n->kt);
+        if (!n->kt) {
             cfail(c, "out of memory");
             return;
         }
+        ktext *t = n->kt;
         for (int k = 0; k < K__COUNT; k++) {
-            double v;
+            static const char *const names[K__COUNT] = {
+                [K_TYPE] = "type", [K_ENUM] = "enum", [K_CONST] = "const",
+                [K_MULTIPLE_OF] = "multipleOf", [K_MAXIMUM] = "maximum", [K_MINIMUM] = "minimum",
+                [K_XMAXIMUM] = "exclusiveMaximum", [K_XMINIMUM] = "exclusiveMinimum",
+                [K_MAX_LENGTH] = "maxLength", [K_MIN_LENGTH] = "minLength", [K_PATTERN] = "pattern",
+                [K_FORMAT] = "format", [K_MAX_ITEMS] = "maxItems", [K_MIN_ITEMS] = "minItems",
+                [K_MAX_PROPS] = "maxProperties", [K_MIN_PROPS] = "minProperties",
+                [K_REQUIRED] = "required",
+            };
+            if (!(present & KB(k)))
+                continue;
+            memset(t, 0, sizeof *t);
+            mpart kl[3] = { { n->loc, n->loc_len }, MPL("/"), { names[k], strlen(names[k]) } };
+            t->kloc = arena_join(c, kl, 3);
+            double v = 0;
+            int bound = 1;
+            mpart head = { NULL, 0 }; /* of a constant message: head, expected */
             switch (k) {
             case K_MULTIPLE_OF: v = n->multiple_of; break;
             case K_MAXIMUM: v = n->maximum; break;
@@ -2508,18 +2563,37 @@ static void report_texts(cctx *c, node *n)
             case K_MIN_ITEMS: v = (double)n->min_items; break;
             case K_MAX_PROPS: v = (double)n->max_props; break;
             case K_MIN_PROPS: v = (double)n->min_props; break;
-            default: continue;
+            default:
+                bound = 0;
+                if (k == K_ENUM) {
+                    t->expected = (mpart){ n->enum_text, n->enum_text_len };
+                    head = MPL("value must be one of ");
+                } else if (k == K_CONST) {
+                    t->expected = (mpart){ n->const_text, n->const_text_len };
+                    head = MPL("value must be ");
+                } else if (k == K_PATTERN) {
+                    t->expected = (mpart){ n->pattern_text, n->pattern_text_len };
+                    head = MPL("string does not match the pattern ");
+                } else if (k == K_TYPE) {
+                    t->expected = (mpart){ n->type_text, n->type_text_len };
+                }
+                break;
             }
-            if (!(n->kwmask & KB(k)))
-                continue;
-            char buf[40];
-            fmt_num(v, buf, sizeof buf);
-            n->bound_text[k] = arena_text(c, buf, strlen(buf));
+            if (bound) {
+                char buf[40];
+                fmt_num(v, buf, sizeof buf);
+                t->expected = arena_text(c, buf, strlen(buf));
+            } else if (head.s && t->expected.s) {
+                mpart m[2] = { head, t->expected };
+                t->msg = arena_join(c, m, 2);
+            }
+            t++;
         }
     }
     if (n->n_required) {
         n->req_text = arena_alloc(&c->s->a, n->n_required * sizeof *n->req_text);
-        if (!n->req_text) {
+        n->req_msg = arena_alloc(&c->s->a, n->n_required * sizeof *n->req_msg);
+        if (!n->req_text || !n->req_msg) {
             cfail(c, "out of memory");
             return;
         }
@@ -2527,6 +2601,9 @@ static void report_texts(cctx *c, node *n)
             char buf[SNIPPET_MAX + 8];
             size_t l = str_json(n->required[i], buf);
             n->req_text[i] = arena_text(c, buf, l);
+            mpart m[3] = { MPL("missing required property \""),
+                           { n->required[i], strlen(n->required[i]) }, MPL("\"") };
+            n->req_msg[i] = arena_join(c, m, 3);
         }
     }
 }
@@ -3183,18 +3260,24 @@ static inline int code_is(const char *a, const char *b)
     return a == b || (a[0] == b[0] && strcmp(a, b) == 0);
 }
 
+/* What a report borrows (points at) instead of copying: report_p's kw is
+ * the keyword's whole location, its expected or its only message part (a
+ * NUL-terminated text of the compiled schema, or a literal). */
+enum { RB_KLOC = 1, RB_EXPECTED = 2, RB_MESSAGE = 4 };
+
 /* A sketch of a violation: what report_branches() looks at (code, depth,
  * expected), no text.  le: strlen(expected). */
-static int report_sketch(vctx *c, const char *code, const char *expected, size_t le)
+static int report_sketch(vctx *c, const char *code, const char *expected, size_t le, unsigned rb)
 {
-    char *e = NULL;
-    if (expected) {
-        e = scratch_alloc(c, le + 1);
-        if (!e) {
+    const char *e = (rb & RB_EXPECTED) ? expected : NULL;
+    if (expected && !e) {
+        char *x;
+        e = x = scratch_alloc(c, le + 1);
+        if (!x) {
             c->dropped++;
             return 0;
         }
-        memcpy(e, expected, le + 1);
+        memcpy(x, expected, le + 1);
     }
     vrec *r = rec_slot(c);
     if (!r) {
@@ -3211,15 +3294,17 @@ static int report_sketch(vctx *c, const char *code, const char *expected, size_t
 
 /* Records a violation (reporting pass only), its strings written straight
  * into the scratch memory and the record straight into the list.  kw: the
- * keyword (NULL = none) and its length; expected (borrowed, NULL = none)
- * and its length; the message is the concatenation of the nmp parts;
- * actual: the text of inst when the caller has it already (a number it
- * formatted), else NULL (inst is then written as a snippet).  Returns 0
- * so callers can `return report_p(...)`.  c->record: 1 full reports, 2
- * sketches (while anyOf/oneOf branches are being compared). */
+ * keyword (NULL = none: the location is n->loc) and its length; expected
+ * (NULL = none) and its length; the message is the concatenation of the
+ * nmp parts; actual: the text of inst when the caller has it already (a
+ * number it formatted), else NULL (inst is then written as a snippet).
+ * rb: RB_ flags, what the violation points at instead of copying (texts
+ * that live as long as the schema).  Returns 0 so callers can `return
+ * report_p(...)`.  c->record: 1 full reports, 2 sketches (while
+ * anyOf/oneOf branches are being compared). */
 static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const char *code,
                     const cJSON *inst, const mpart *actual, const char *expected, size_t le,
-                    const mpart *mp, int nmp)
+                    const mpart *mp, int nmp, unsigned rb)
 {
     if (!c->record)
         return 0;
@@ -3232,16 +3317,22 @@ static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const cha
                              code_is(code, SCHEMA_WRONG_TYPE) || code_is(code, SCHEMA_CONST_MISMATCH) ||
                                      code_is(code, SCHEMA_ENUM_MISMATCH)
                                  ? expected : NULL,
-                             le);
+                             le, rb);
     size_t ml = 0;
-    for (int i = 0; i < nmp; i++)
-        ml += mp[i].l;
+    if (!(rb & RB_MESSAGE))
+        for (int i = 0; i < nmp; i++)
+            ml += mp[i].l;
     size_t pl = path_render(c);
     int cached = pl != (size_t)-1;
     if (!cached)
         pl = path_into(c, NULL, 0);
-    size_t ll = n->loc_len, lkk = kw && lk ? lk + 1 : 0, lee = expected ? le + 1 : 0;
-    size_t need = pl + 1 + ll + lkk + 1 + ml + 1 + lee + (inst ? SNIPPET_MAX + 4 : 0);
+    /* the keyword location: borrowed (kw itself, or n->loc when there is
+     * no keyword) or written here (n->loc "/" kw) */
+    int own_kloc = kw && lk && !(rb & RB_KLOC);
+    size_t ll = n->loc_len, lkk = own_kloc ? lk + 1 : 0;
+    size_t lee = expected && !(rb & RB_EXPECTED) ? le + 1 : 0;
+    size_t need = pl + 1 + (own_kloc ? ll + lkk + 1 : 0) + (rb & RB_MESSAGE ? 0 : ml + 1) + lee +
+                  (inst ? SNIPPET_MAX + 4 : 0);
     char *b0 = need <= c->sleft ? c->sp : NULL;
     if (!b0) {
         /* a fresh chunk; what is left of this one stays unused */
@@ -3265,16 +3356,30 @@ static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const cha
         path_into(c, b, pl + 1);
     b[pl] = '\0';
     b += pl + 1;
-    r->v.keyword_location = b;
-    b += kloc_put(b, n->loc, ll, kw, lkk);
-    r->v.message = b;
-    for (int i = 0; i < nmp; i++) {
-        copy_short(b, mp[i].s, mp[i].l);
-        b += mp[i].l;
+    if (own_kloc) {
+        r->v.keyword_location = b;
+        b += kloc_put(b, n->loc, ll, kw, lkk);
+        r->klen = ll + lkk;
+    } else if (kw && lk) {
+        r->v.keyword_location = kw;
+        r->klen = lk;
+    } else {
+        r->v.keyword_location = n->loc;
+        r->klen = ll;
     }
-    *b++ = '\0';
-    r->v.expected = NULL;
-    if (expected) {
+    if (rb & RB_MESSAGE) {
+        r->v.message = mp[0].s;
+    } else {
+        char *m = b;
+        for (int i = 0; i < nmp; i++) {
+            copy_short(b, mp[i].s, mp[i].l);
+            b += mp[i].l;
+        }
+        *b++ = '\0';
+        r->v.message = m;
+    }
+    r->v.expected = expected;
+    if (expected && !(rb & RB_EXPECTED)) {
         r->v.expected = b;
         copy_short(b, expected, le);
         b[le] = '\0';
@@ -3304,7 +3409,6 @@ static int report_p(vctx *c, const node *n, const char *kw, size_t lk, const cha
     r->depth = c->npath;
     r->blen = (size_t)(b - b0);
     r->plen = pl;
-    r->klen = ll + lkk;
     size_t used = (r->blen + 7) & ~(size_t)7;
     c->sp += used;
     c->sleft -= used;
@@ -3323,7 +3427,7 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
         return 0;
     if (c->record != 1 || c->nrec >= c->store_cap)
         return report_p(c, n, kw, 0, code, inst, NULL, expected, expected ? strlen(expected) : 0,
-                        NULL, 0);
+                        NULL, 0, 0);
     char mbuf[512];
     char *msg = mbuf;
     va_list ap;
@@ -3347,7 +3451,7 @@ static int report(vctx *c, const node *n, const char *kw, const char *code, cons
     }
     mpart m = { msg ? msg : "", msg ? ml : 0 };
     return report_p(c, n, kw, kw ? strlen(kw) : 0, code, inst, NULL, expected,
-                    expected ? strlen(expected) : 0, &m, 1);
+                    expected ? strlen(expected) : 0, &m, 1, 0);
 }
 
 /* `expected` texts built in the context's scratch buffer */
@@ -3485,27 +3589,29 @@ static int bad_utf8(vctx *c, const node *n, const char *kw)
 
 /* "value X <mid> BOUND" for a number that is out of the bound of keyword
  * k; the value's text is its `actual` text too. */
-static int report_bound(vctx *c, const node *n, int k, const char *kw, size_t lk, const char *code,
-                        const cJSON *inst, mpart mid)
+static int report_bound(vctx *c, const node *n, int k, const char *code, const cJSON *inst,
+                        mpart mid)
 {
     char xs[40];
     mpart x = { xs, 0 };
     if (c->record == 1)
         x.l = num_text_of(inst, xs, sizeof xs);
-    const mpart *b = &n->bound_text[k];
-    mpart m[4] = { MPL("value "), x, mid, *b };
-    return report_p(c, n, kw, lk, code, inst, &x, b->s, b->l, m, 4);
+    const ktext *t = kt_of(n, k);
+    mpart m[4] = { MPL("value "), x, mid, t->expected };
+    return report_p(c, n, t->kloc.s, t->kloc.l, code, inst, &x, t->expected.s, t->expected.l, m, 4,
+                    RB_KLOC | RB_EXPECTED);
 }
 
 /* "<head>COUNT<mid>BOUND" for a length or count out of the bound of
  * keyword k (its `expected` text made at compile time). */
-static int report_count(vctx *c, const node *n, int k, const char *kw, size_t lk, const char *code,
-                        const cJSON *inst, mpart head, uint64_t cnt, mpart mid, uint64_t bound)
+static int report_count(vctx *c, const node *n, int k, const char *code, const cJSON *inst,
+                        mpart head, uint64_t cnt, mpart mid, uint64_t bound)
 {
     char a[24], b[24];
     mpart m[4] = { head, { a, fmt_u(a, cnt) }, mid, { b, fmt_u(b, bound) } };
-    const mpart *e = &n->bound_text[k];
-    return report_p(c, n, kw, lk, code, inst, NULL, e->s, e->l, m, 4);
+    const ktext *t = kt_of(n, k);
+    return report_p(c, n, t->kloc.s, t->kloc.l, code, inst, NULL, t->expected.s, t->expected.l, m, 4,
+                    RB_KLOC | RB_EXPECTED);
 }
 
 NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
@@ -3517,27 +3623,27 @@ NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
     case K_MINIMUM:
         if (x >= n->minimum)
             return 1;
-        return report_bound(c, n, k, KWL("minimum"), SCHEMA_OUT_OF_RANGE, inst,
+        return report_bound(c, n, k, SCHEMA_OUT_OF_RANGE, inst,
                             MPL(" is less than the minimum "));
     case K_MAXIMUM:
         if (x <= n->maximum)
             return 1;
-        return report_bound(c, n, k, KWL("maximum"), SCHEMA_OUT_OF_RANGE, inst,
+        return report_bound(c, n, k, SCHEMA_OUT_OF_RANGE, inst,
                             MPL(" is greater than the maximum "));
     case K_XMINIMUM:
         if (x > n->xminimum)
             return 1;
-        return report_bound(c, n, k, KWL("exclusiveMinimum"), SCHEMA_OUT_OF_RANGE, inst,
+        return report_bound(c, n, k, SCHEMA_OUT_OF_RANGE, inst,
                             MPL(" must be greater than "));
     case K_XMAXIMUM:
         if (x < n->xmaximum)
             return 1;
-        return report_bound(c, n, k, KWL("exclusiveMaximum"), SCHEMA_OUT_OF_RANGE, inst,
+        return report_bound(c, n, k, SCHEMA_OUT_OF_RANGE, inst,
                             MPL(" must be less than "));
     default: /* K_MULTIPLE_OF */
         if (is_multiple(x, n->multiple_of, &n->multiple_dec))
             return 1;
-        return report_bound(c, n, k, KWL("multipleOf"), SCHEMA_NOT_MULTIPLE, inst,
+        return report_bound(c, n, k, SCHEMA_NOT_MULTIPLE, inst,
                             MPL(" is not a multiple of "));
     }
 }
@@ -3554,7 +3660,7 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return bad_utf8(c, n, "minLength");
         if ((uint64_t)cps >= n->min_length)
             return 1;
-        return report_count(c, n, k, KWL("minLength"), SCHEMA_TOO_SHORT, inst, MPL("string has "),
+        return report_count(c, n, k, SCHEMA_TOO_SHORT, inst, MPL("string has "),
                             (uint64_t)cps, cps == 1 ? MPL(" character, fewer than the minimum length ")
                                                     : MPL(" characters, fewer than the minimum length "),
                             n->min_length);
@@ -3563,7 +3669,7 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return bad_utf8(c, n, "maxLength");
         if ((uint64_t)cps <= n->max_length)
             return 1;
-        return report_count(c, n, k, KWL("maxLength"), SCHEMA_TOO_LONG, inst, MPL("string has "),
+        return report_count(c, n, k, SCHEMA_TOO_LONG, inst, MPL("string has "),
                             (uint64_t)cps, MPL(" characters, more than the maximum length "), n->max_length);
     case K_PATTERN: {
         if (!string_info(c, inst, &len, &cps))
@@ -3574,10 +3680,9 @@ NOINLINE static int kw_strings(vctx *c, const node *n, int k, const cJSON *inst)
             return -1;
         if (r)
             return 1;
-        mpart m[2] = { MPL("string does not match the pattern "),
-                       { n->pattern_text, n->pattern_text_len } };
-        return report_p(c, n, KWL("pattern"), SCHEMA_PATTERN_MISMATCH, inst, NULL, n->pattern_text,
-                        n->pattern_text_len, m, 2);
+        const ktext *t = kt_of(n, K_PATTERN);
+        return report_p(c, n, t->kloc.s, t->kloc.l, SCHEMA_PATTERN_MISMATCH, inst, NULL,
+                        t->expected.s, t->expected.l, &t->msg, 1, RB_KLOC | RB_EXPECTED | RB_MESSAGE);
     }
     default: { /* K_FORMAT */
         if (!string_info(c, inst, &len, &cps))
@@ -3676,7 +3781,9 @@ COLD static void report_type(vctx *c, const node *n, const cJSON *inst)
         return;
     const char *got = inst_type_name(inst);
     mpart m[2] = { n->type_msg, { got, strlen(got) } };
-    report_p(c, n, KWL("type"), SCHEMA_WRONG_TYPE, inst, NULL, n->type_text, n->type_text_len, m, 2);
+    const ktext *t = kt_of(n, K_TYPE);
+    report_p(c, n, t->kloc.s, t->kloc.l, SCHEMA_WRONG_TYPE, inst, NULL, t->expected.s, t->expected.l,
+             m, 2, RB_KLOC | RB_EXPECTED);
 }
 
 /* cJSON type (one bit) -> T_ bit; integers are told apart separately */
@@ -4088,7 +4195,7 @@ static int unexpected(vctx *c, const node *sub, const cJSON *m)
     push_key(c, m->string);
     mpart p[3] = { MPL("property \""), { m->string, c->record == 1 ? strlen(m->string) : 0 },
                    MPL("\" is not allowed") };
-    report_p(c, sub, NULL, 0, SCHEMA_UNEXPECTED_FIELD, m, NULL, NULL, 0, p, 3);
+    report_p(c, sub, NULL, 0, SCHEMA_UNEXPECTED_FIELD, m, NULL, NULL, 0, p, 3, 0);
     pop_path(c);
     return 0;
 }
@@ -4291,11 +4398,10 @@ static void report_missing(vctx *c, const node *n, size_t i)
     push_key(c, n->required[i]);
     /* a sketch keeps `expected` only for what report_branches() reads:
      * types and const/enum values */
-    const char *name = n->required[i];
-    mpart m[3] = { MPL("missing required property \""), { name, c->record == 1 ? strlen(name) : 0 },
-                   MPL("\"") };
-    report_p(c, n, KWL("required"), SCHEMA_MISSING_FIELD, NULL, NULL,
-             c->record == 2 ? NULL : n->req_text[i].s, n->req_text[i].l, m, 3);
+    const ktext *t = kt_of(n, K_REQUIRED);
+    report_p(c, n, t->kloc.s, t->kloc.l, SCHEMA_MISSING_FIELD, NULL, NULL,
+             c->record == 2 ? NULL : n->req_text[i].s, n->req_text[i].l, &n->req_msg[i], 1,
+             RB_KLOC | RB_EXPECTED | RB_MESSAGE);
     pop_path(c);
 }
 
@@ -4414,10 +4520,10 @@ NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
             return 1;
         uint64_t cnt = json_count(inst);
         if (k == K_MIN_ITEMS && cnt < n->min_items)
-            return report_count(c, n, k, KWL("minItems"), SCHEMA_TOO_FEW_ITEMS, NULL, MPL("array has "), cnt,
+            return report_count(c, n, k, SCHEMA_TOO_FEW_ITEMS, NULL, MPL("array has "), cnt,
                                 MPL(" item(s), fewer than the minimum "), n->min_items);
         if (k == K_MAX_ITEMS && cnt > n->max_items)
-            return report_count(c, n, k, KWL("maxItems"), SCHEMA_TOO_MANY_ITEMS, NULL, MPL("array has "), cnt,
+            return report_count(c, n, k, SCHEMA_TOO_MANY_ITEMS, NULL, MPL("array has "), cnt,
                                 MPL(" items, more than the maximum "), n->max_items);
         return 1;
     }
@@ -4425,10 +4531,10 @@ NOINLINE static int kw_counts(vctx *c, const node *n, int k, const cJSON *inst)
         return 1;
     uint64_t cnt = json_count(inst);
     if (k == K_MIN_PROPS && cnt < n->min_props)
-        return report_count(c, n, k, KWL("minProperties"), SCHEMA_TOO_FEW_PROPERTIES, NULL, MPL("object has "),
+        return report_count(c, n, k, SCHEMA_TOO_FEW_PROPERTIES, NULL, MPL("object has "),
                             cnt, MPL(" property(ies), fewer than the minimum "), n->min_props);
     if (k == K_MAX_PROPS && cnt > n->max_props)
-        return report_count(c, n, k, KWL("maxProperties"), SCHEMA_TOO_MANY_PROPERTIES, NULL, MPL("object has "),
+        return report_count(c, n, k, SCHEMA_TOO_MANY_PROPERTIES, NULL, MPL("object has "),
                             cnt, MPL(" properties, more than the maximum "), n->max_props);
     return 1;
 }
@@ -4438,15 +4544,15 @@ NOINLINE static int kw_enum_const(vctx *c, const node *n, int k, const cJSON *in
     if (k == K_CONST) {
         if (json_equal(inst, n->const_val))
             return 1;
-        mpart m[2] = { MPL("value must be "), { n->const_text, n->const_text_len } };
-        return report_p(c, n, KWL("const"), SCHEMA_CONST_MISMATCH, inst, NULL, n->const_text,
-                        n->const_text_len, m, 2);
+        const ktext *t = kt_of(n, K_CONST);
+        return report_p(c, n, t->kloc.s, t->kloc.l, SCHEMA_CONST_MISMATCH, inst, NULL, t->expected.s,
+                        t->expected.l, &t->msg, 1, RB_KLOC | RB_EXPECTED | RB_MESSAGE);
     }
     if (enum_has(n, inst))
         return 1;
-    mpart m[2] = { MPL("value must be one of "), { n->enum_text, n->enum_text_len } };
-    return report_p(c, n, KWL("enum"), SCHEMA_ENUM_MISMATCH, inst, NULL, n->enum_text,
-                    n->enum_text_len, m, 2);
+    const ktext *t = kt_of(n, K_ENUM);
+    return report_p(c, n, t->kloc.s, t->kloc.l, SCHEMA_ENUM_MISMATCH, inst, NULL, t->expected.s,
+                    t->expected.l, &t->msg, 1, RB_KLOC | RB_EXPECTED | RB_MESSAGE);
 }
 
 static void drop_recs(vctx *c, size_t from)
@@ -4500,7 +4606,7 @@ static void report_no_match(vctx *c, const node *n, const char *kw, size_t nb, s
     mpart m[7] = { MPL("value matches none of the "), { a, fmt_u(a, nb) },
                    MPL(" alternatives of "), { kw, kwl }, MPL("; the closest is #"),
                    { b, fmt_u(b, best) }, MPL(", whose errors follow") };
-    report_p(c, n, kw, kwl, SCHEMA_NO_MATCH, NULL, NULL, NULL, 0, m, 7);
+    report_p(c, n, kw, kwl, SCHEMA_NO_MATCH, NULL, NULL, NULL, 0, m, 7, 0);
 }
 
 /* 1 when the records [from, to) of a branch walked at path depth depth0
@@ -4822,7 +4928,7 @@ NOINLINE static int kw_not(vctx *c, const node *n, const cJSON *inst)
     if (!r)
         return 1;
     return report_p(c, n, KWL("not"), SCHEMA_NO_MATCH, inst, NULL, NULL, 0,
-                    &MPL("value must not match the schema in \"not\""), 1);
+                    &MPL("value must not match the schema in \"not\""), 1, RB_MESSAGE);
 }
 
 NOINLINE static int kw_if(vctx *c, const node *n, const cJSON *inst, evset *ev)
@@ -4986,7 +5092,7 @@ static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
         if (n->boolean == B_TRUE)
             return 1;
         return report_p(c, n, NULL, 0, SCHEMA_INVALID_VALUE, inst, NULL, NULL, 0,
-                        &MPL("no value is allowed here"), 1);
+                        &MPL("no value is allowed here"), 1, RB_MESSAGE);
     }
     if (n->leaf)
         return eval_leaf(c, n, inst);
@@ -5162,6 +5268,13 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->limit_msg[0] = '\0';
 }
 
+/* p, moved to `to` when it lies in the piece of r (at r->v.path) */
+static const char *moved(const char *p, const vrec *r, char *to)
+{
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)r->v.path;
+    return p && a >= base && a < base + r->blen ? to + (a - base) : p;
+}
+
 static size_t opt_len(const char *s)
 {
     return s ? strlen(s) + 1 : 0;
@@ -5188,17 +5301,18 @@ static schema_violation *pack_output(const vrec *recs, size_t n)
         schema_violation *y = &items[i];
         y->code = x->code;
         if (recs[i].blen) {
-            /* one piece: copy it and move the pointers along */
+            /* one piece: copy it and move the pointers into it along
+             * (those into the schema stay) */
             memcpy(b, x->path, recs[i].blen);
             y->path = b;
-            y->keyword_location = b + (x->keyword_location - x->path);
-            y->message = b + (x->message - x->path);
-            y->expected = x->expected ? b + (x->expected - x->path) : NULL;
-            y->actual = x->actual ? b + (x->actual - x->path) : NULL;
+            y->keyword_location = moved(x->keyword_location, &recs[i], b);
+            y->message = moved(x->message, &recs[i], b);
+            y->expected = moved(x->expected, &recs[i], b);
+            y->actual = moved(x->actual, &recs[i], b);
             b += recs[i].blen;
             continue;
         }
-        char **dst[5] = { &y->path, &y->keyword_location, &y->message, &y->expected, &y->actual };
+        const char **dst[5] = { &y->path, &y->keyword_location, &y->message, &y->expected, &y->actual };
         const char *src[5] = { x->path, x->keyword_location, x->message, x->expected, x->actual };
         for (int k = 0; k < 5; k++) {
             if (!src[k]) {

@@ -82,7 +82,11 @@ typedef struct schema_options {
  *   order within properties; identical entries are reported once.
  * - the violations of a list and their strings share one allocation:
  *   never free or realloc a field; schema_violations_clear() releases
- *   everything.
+ *   everything.  Texts that do not depend on the instance (most keyword
+ *   locations, `expected`, the messages of enum, const, pattern and
+ *   required) are not copied: they point into the compiled schema, so a
+ *   list is valid only while the schema it came from is (free the list
+ *   first, or convert it with schema_violations_to_json()).
  * - validation does not allocate when out == NULL, except for scratch
  *   bitsets/hashes on large inputs (unevaluated* over more than 64 members
  *   or items, uniqueItems over more than 32 items, more than 64 required
@@ -93,12 +97,12 @@ typedef struct schema_options {
  *   are kept.  It is bounded to 512 nested schema
  *   evaluations and needs under 256 KB of stack at that depth. */
 typedef struct schema_violation {
-    char *path;             /* instance location, JSON Pointer ("" = root) */
-    char *keyword_location; /* schema location, e.g. "/properties/a/type" */
-    const char *code;       /* one of the codes above (static) */
-    char *message;          /* plain English, one line */
-    char *expected;         /* JSON text or NULL */
-    char *actual;           /* JSON text, truncated, or NULL */
+    const char *path;             /* instance location, JSON Pointer ("" = root) */
+    const char *keyword_location; /* schema location, e.g. "/properties/a/type" */
+    const char *code;             /* one of the codes above (static) */
+    const char *message;          /* plain English, one line */
+    const char *expected;         /* JSON text or NULL */
+    const char *actual;           /* JSON text, truncated, or NULL */
 } schema_violation;
 
 typedef struct schema_violations {

@@ -905,6 +905,68 @@ static void test_long_and_many_violations(void **state)
     free(text);
 }
 
+/* Texts that do not depend on the instance are made once at compile time
+ * and the violations point at them (schema.h): they must read the same
+ * whether the list stays in its first block, is copied out of it (more
+ * than 32 violations) or had a message rewritten (propertyNames). */
+static void test_fixed_texts_shared_with_the_schema(void **state)
+{
+    (void)state;
+    schema_options o = { SCHEMA_DRAFT_2020_12, 0, 200 };
+    schema *s = compile_text("{\"items\":{\"type\":\"object\",\"required\":[\"id\"],"
+                             "\"properties\":{\"e\":{\"enum\":[\"x\",\"y\"]},\"c\":{\"const\":7},"
+                             "\"p\":{\"pattern\":\"^a+$\"},\"m\":{\"minimum\":2}}},"
+                             "\"propertyNames\":{\"pattern\":\"^[0-9]+$\"}}", &o);
+    for (int items = 1; items <= 12; items += 11) { /* 5 and 60 violations */
+        char text[2048];
+        size_t len = (size_t)snprintf(text, sizeof text, "[");
+        for (int i = 0; i < items; i++)
+            len += (size_t)snprintf(text + len, sizeof text - len,
+                                    "%s{\"e\":\"z\",\"c\":8,\"p\":\"b\",\"m\":1}", i ? "," : "");
+        snprintf(text + len, sizeof text - len, "]");
+        schema_violations v = { 0 };
+        assert_int_equal(check(s, text, &v), 1);
+        assert_int_equal(v.count, (size_t)items * 5);
+        for (int i = 0; i < items; i++) {
+            const schema_violation *x = &v.items[i * 5];
+            char path[32];
+            snprintf(path, sizeof path, "/%d/id", i);
+            assert_string_equal(x[0].path, path);
+            assert_string_equal(x[0].keyword_location, "/items/required");
+            assert_string_equal(x[0].message, "missing required property \"id\"");
+            assert_string_equal(x[0].expected, "\"id\"");
+            assert_string_equal(x[1].keyword_location, "/items/properties/e/enum");
+            assert_string_equal(x[1].message, "value must be one of [\"x\",\"y\"]");
+            assert_string_equal(x[1].expected, "[\"x\",\"y\"]");
+            assert_string_equal(x[1].actual, "\"z\"");
+            assert_string_equal(x[2].keyword_location, "/items/properties/c/const");
+            assert_string_equal(x[2].message, "value must be 7");
+            assert_string_equal(x[2].expected, "7");
+            assert_string_equal(x[2].actual, "8");
+            assert_string_equal(x[3].keyword_location, "/items/properties/p/pattern");
+            assert_string_equal(x[3].message, "string does not match the pattern \"^a+$\"");
+            assert_string_equal(x[3].expected, "\"^a+$\"");
+            assert_string_equal(x[4].keyword_location, "/items/properties/m/minimum");
+            assert_string_equal(x[4].message, "value 1 is less than the minimum 2");
+            assert_string_equal(x[4].expected, "2");
+            /* one text for every report of a keyword: not copied */
+            for (int k = 0; k < 5; k++)
+                assert_ptr_equal(x[k].keyword_location, v.items[k].keyword_location);
+            assert_ptr_equal(x[1].message, v.items[1].message);
+        }
+        schema_violations_clear(&v);
+    }
+    /* propertyNames rewrites a message; the rest still reads right */
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "{\"k\":1}", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].keyword_location, "/propertyNames/pattern");
+    assert_string_equal(v.items[0].message, "property name \"k\": string does not match the pattern \"^[0-9]+$\"");
+    assert_string_equal(v.items[0].expected, "\"^[0-9]+$\"");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
 /* The closest oneOf branch is walked again with full reports: what it
  * reports must be what a walk of that branch alone reports, a merged
  * anyOf inside it included. */
@@ -1387,6 +1449,7 @@ int main(void)
         cmocka_unit_test(test_limit_after_known_invalid),
         cmocka_unit_test(test_keyword_order_with_limit),
         cmocka_unit_test(test_long_and_many_violations),
+        cmocka_unit_test(test_fixed_texts_shared_with_the_schema),
         cmocka_unit_test(test_oneof_closest_with_nested_anyof),
         cmocka_unit_test(test_discriminated_union),
         cmocka_unit_test(test_required_order_and_long_path),
