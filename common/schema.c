@@ -547,7 +547,10 @@ static void jw_value(jw *w, const cJSON *v, int depth)
     case cJSON_True: jw_put(w, "true", 4); break;
     case cJSON_False: jw_put(w, "false", 5); break;
     case cJSON_Number:
-        jw_put(w, num, num_text_of(v, num, sizeof num));
+        if (v->valuestring) /* its text as written (jsonin), however long */
+            jw_put(w, v->valuestring, strlen(v->valuestring));
+        else
+            jw_put(w, num, num_text_of(v, num, sizeof num));
         break;
     case cJSON_String: jw_string(w, v->valuestring); break;
     case cJSON_Array:
@@ -3594,8 +3597,13 @@ static int report_bound(vctx *c, const node *n, int k, const char *code, const c
 {
     char xs[40];
     mpart x = { xs, 0 };
-    if (c->record == 1)
-        x.l = num_text_of(inst, xs, sizeof xs);
+    if (c->record == 1) {
+        /* the number as written, unless longer than an `actual` may be */
+        if (inst->valuestring && (x.l = strlen(inst->valuestring)) <= SNIPPET_MAX)
+            x.s = inst->valuestring;
+        else
+            x.l = num_text_of(inst, xs, sizeof xs);
+    }
     const ktext *t = kt_of(n, k);
     mpart m[4] = { MPL("value "), x, mid, t->expected };
     return report_p(c, n, t->kloc.s, t->kloc.l, code, inst, &x, t->expected.s, t->expected.l, m, 4,

@@ -1237,6 +1237,11 @@ static void test_numbers_as_written(void **state)
         { "{\"n\":100.50}", "100.50" },
         { "{\"t\":1E+2}", "1E+2" },
         { "{\"t\":[1.0,-0]}", "[1.0,-0]" },
+        /* longer than any double prints: still as written */
+        { "{\"n\":123456789012345678901234567890123456789012345678901234567890}",
+          "123456789012345678901234567890123456789012345678901234567890" },
+        { "{\"t\":-1.00000000000000000000000000000000000000000000000000000001e-7}",
+          "-1.00000000000000000000000000000000000000000000000000000001e-7" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t err_at = 0;
@@ -1247,7 +1252,7 @@ static void test_numbers_as_written(void **state)
         assert_int_equal(v.count, 1);
         assert_string_equal(v.items[0].actual, cases[i].actual);
         if (cases[i].text[2] == 'n') {
-            char want[96];
+            char want[160];
             snprintf(want, sizeof want, "value %s is greater than the maximum 100", cases[i].actual);
             assert_string_equal(v.items[0].message, want);
         }
