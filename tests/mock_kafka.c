@@ -16,6 +16,10 @@
  *   broker_down ID            disconnect broker ID and refuse new connections
  *   broker_up ID              accept connections again
  *   broker_rtt ID MS          add MS of round-trip delay to broker ID
+ *   delay ID APIKEY MS [N]    answer broker ID's next N (1) requests of APIKEY
+ *                             MS late; they take effect at once (a produced
+ *                             message can be fetched before its producer
+ *                             hears that it was)
  *   errors APIKEY ERR [ERR..] the next requests of APIKEY fail with ERR...
  *   clear_errors APIKEY       drop pending injected errors of APIKEY
  *   partition_leader TOPIC PART BROKER
@@ -194,6 +198,23 @@ static int run_command(rd_kafka_mock_cluster_t *mc, char *line)
             return 0;
         }
         reply(rd_kafka_mock_broker_set_rtt(mc, (int32_t)a, (int)b), argv[0]);
+        return 0;
+    }
+    if (strcmp(argv[0], "delay") == 0) {
+        int16_t key;
+        long n = 1;
+
+        if ((argc != 4 && argc != 5) || parse_long(argv[1], -1, 1000000, &a) ||
+            parse_api_key(argv[2], &key) || parse_long(argv[3], 0, 3600000, &b) ||
+            (argc == 5 && parse_long(argv[4], 1, 1000, &n))) {
+            reply_err("usage: delay ID APIKEY MS [N]");
+            return 0;
+        }
+        rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+        for (long i = 0; i < n && !err; i++)
+            err = rd_kafka_mock_broker_push_request_error_rtts(mc, (int32_t)a, key, 1,
+                                                               RD_KAFKA_RESP_ERR_NO_ERROR, (int)b);
+        reply(err, argv[0]);
         return 0;
     }
     if (strcmp(argv[0], "errors") == 0) {

@@ -1359,6 +1359,17 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         j->job.max_attempts = j->os->max_attempts < w->max_attempts_ceiling ? j->os->max_attempts
                                                                           : w->max_attempts_ceiling;
     wjob *active = map_find(w, j->job.job_id);
+    if (active && active->stage == STAGE_PRODUCE && active->ev_type == EVENT_RETRY &&
+        j->job.attempt == active->ev_attempt + 1) {
+        /* The retry job `active` is producing, back from Kafka before its
+         * delivery report: the next attempt goes ahead now.  All `active`
+         * still waits for is the report, to store its own offset; Redis
+         * has its record already, so the two never touch the same state. */
+        map_del(w, active);
+        j->dups = active->dups;
+        active->dups = NULL;
+        active = NULL;
+    }
     if (active) {
         /* The same job is in flight here already (a duplicate message):
          * wait for it, then look at Redis, which will say it is done. */

@@ -2,6 +2,7 @@
 workers, Redis going away, broker errors; plus budgets, the escalation
 webhook and `retort status`."""
 import base64
+import datetime
 import http.server
 import json
 import os
@@ -399,6 +400,36 @@ def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_sta
     assert samples[("retort_messages_cut_total", (("outcome", "escalated"),))] == 0
     # the retry's message was acknowledged: a drain has nothing to wait for
     assert stack.stop_worker(w) == 0
+
+
+def test_a_repair_starts_before_the_retry_jobs_delivery_report(control_stack):
+    """A retry job back from Kafka proves that Kafka has it: its attempt
+    starts then, not when the delivery report of the attempt before comes
+    (all that report still does is let that attempt store its offset).
+    Here the broker takes the retry job at once but answers its producer
+    8 s late; the repair used to wait those 8 s."""
+    stack = control_stack
+    w = stack.start_worker()
+    jid = uid("early")
+    stack.produce_jobs([job(jid, directive="defect=wrong_type until=1 latency_ms=1500")])
+    # the next produce request after the job's own is the worker's retry job
+    stack.kafka_control("delay 1 Produce 8000")
+    stack.wait_outcomes([jid], timeout=60)
+    finals = [m["value"] for m in stack.consume("retort.final") if m["key"] == jid]
+    assert len(finals) == 1 and finals[0]["attempts"] == 2, finals
+    hist = [json.loads(x) for x in stack.redis_client().lrange("retort:job:{%s}:history" % jid, 0, -1)]
+    assert [r["attempt"] for r in hist] == [1, 2], hist
+
+    def at(text):
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    gap = at(hist[1]["started_at"]) - at(hist[0]["finished_at"])
+    assert gap < 4.0, "attempt 2 began %.1f s after attempt 1 ended" % gap
+    calls = stack.llm_stats()["calls"]
+    assert calls.get("%s:1" % jid) == 1 and calls.get("%s:2" % jid) == 1, calls
+    # the drain waits for the late report, then stores both offsets
+    assert stack.stop_worker(w) == 0
+    log = stack.worker_log(w.name)
+    assert "delivery to" not in log, log[-2000:]
 
 
 def test_token_budget_and_deadline(stack):
