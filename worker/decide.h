@@ -21,7 +21,8 @@ typedef enum decide_category {
     DECIDE_CAT_AUTH,            /* permanent from here */
     DECIDE_CAT_BAD_REQUEST,
     DECIDE_CAT_CONTEXT_LENGTH,
-    DECIDE_CAT_UNKNOWN_SCHEMA,
+    DECIDE_CAT_UNKNOWN_SCHEMA,  /* no output schema of that name */
+    DECIDE_CAT_INVALID_SCHEMA,  /* the job's inline schema (or its x-retort) is broken */
     DECIDE_CAT_BUDGET,          /* token budget or deadline spent */
     DECIDE_CAT_COUNT
 } decide_category;

@@ -74,6 +74,7 @@ typedef struct wjob {
     const cJSON *schema_doc;
     const char *schema_text;
     char schema_error[256];
+    int schema_invalid;      /* schema_error: the inline schema is broken (not unknown) */
     const char *model;
     char owner[192];
     char other[192];         /* the attempt's owner elsewhere (STAGE_WAIT) */
@@ -1130,10 +1131,11 @@ static void on_begin(void *ud, const state_reply *r) {
             return;
         }
         if (!j->schema_doc) {
-            j->cat = DECIDE_CAT_UNKNOWN_SCHEMA;
+            j->cat = j->schema_invalid ? DECIDE_CAT_INVALID_SCHEMA : DECIDE_CAT_UNKNOWN_SCHEMA;
             snprintf(j->error, sizeof(j->error), "%s", j->schema_error);
             j->violations = cJSON_CreateArray();
-            cJSON_AddItemToArray(j->violations, violation("", "UNKNOWN_SCHEMA", j->schema_error));
+            cJSON_AddItemToArray(j->violations, violation("", j->schema_invalid ? "INVALID_SCHEMA" : "UNKNOWN_SCHEMA",
+                                                          j->schema_error));
             conclude(j, -1, -1);
             return;
         }
@@ -1285,6 +1287,7 @@ static void resolve_schema(wjob *j) {
     j->inline_ent = schema_cache_get(w->scache, s, err, sizeof(err));
     if (!j->inline_ent) {
         snprintf(j->schema_error, sizeof(j->schema_error), "inline schema does not compile: %s", err);
+        j->schema_invalid = 1;
         return;
     }
     /* An inline schema is an output schema like the named ones, x-retort
@@ -1305,6 +1308,7 @@ static void resolve_schema(wjob *j) {
         if (os) inline_schema_free(os);
         if (!j->inline_ent->user) {
             snprintf(j->schema_error, sizeof(j->schema_error), "inline schema: %s", err);
+            j->schema_invalid = 1;
             return;
         }
     }

@@ -191,11 +191,12 @@ def test_inline_schema(stack):
                              "population": {"type": "integer", "minimum": 0}}}
     other = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string", "maxLength": 40}}}
     ids = [uid("inline") for _ in range(8)]
-    odd, bad = uid("inline-other"), uid("inline-bad")
+    odd, bad, badx = uid("inline-other"), uid("inline-bad"), uid("inline-badx")
     stack.produce_jobs([job(jid, schema=schema, directive="defect=missing_field field=population until=1")
                         for jid in ids] +
-                       [job(odd, schema=other), job(bad, schema={"type": "objekt"})])
-    stack.wait_outcomes(ids + [odd, bad])
+                       [job(odd, schema=other), job(bad, schema={"type": "objekt"}),
+                        job(badx, schema={"type": "object", "x-retort": {"rules": 5}})])
+    stack.wait_outcomes(ids + [odd, bad, badx])
     finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
     for jid in ids:
         ev = finals[jid]
@@ -204,9 +205,17 @@ def test_inline_schema(stack):
     assert finals[odd]["attempts"] == 1 and "city" in finals[odd]["output"]
     (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == bad]
     assert "inline schema does not compile" in esc["reason"] + json.dumps(esc["history"])
+    # broken, not unknown: the submitter's to fix, not the schema directory's
+    assert esc["category"] == "invalid_schema" and esc["attempts"] == 1, esc
+    assert [v["code"] for v in esc["history"][0]["violations"]] == ["INVALID_SCHEMA"]
+    (escx,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == badx]
+    assert escx["category"] == "invalid_schema" and "x-retort" in json.dumps(escx["history"]), escx
+    calls = stack.llm_stats()["calls"]
+    assert "%s:1" % bad not in calls and "%s:1" % badx not in calls
     samples, _ = scrape_metrics(port)
-    # 17 jobs with a schema that compiles (8 + their 8 retries + 1): 2 compiles
-    assert samples[("retort_inline_schemas_total", (("cache", "miss"),))] == 2
+    # 18 jobs with a schema that compiles (8 + their 8 retries + 1 + the
+    # one whose x-retort is wrong): 3 compiles
+    assert samples[("retort_inline_schemas_total", (("cache", "miss"),))] == 3
     assert samples[("retort_inline_schemas_total", (("cache", "hit"),))] == 15
 
 

@@ -57,6 +57,7 @@ static const row table[] = {
     {DECIDE_CAT_BAD_REQUEST, 1, 3, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "bad_request"},
     {DECIDE_CAT_CONTEXT_LENGTH, 1, 5, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "context_length"},
     {DECIDE_CAT_UNKNOWN_SCHEMA, 1, 3, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "unknown_schema"},
+    {DECIDE_CAT_INVALID_SCHEMA, 1, 3, 0, 4, 0, 0, 0, DECIDE_ESCALATE, "invalid_schema is not retryable"},
     {DECIDE_CAT_BUDGET, 1, 3, 0, 4, 0, 1, 1, DECIDE_ESCALATE, "budget"},
 };
 
