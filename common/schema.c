@@ -441,21 +441,28 @@ static void fmt_num(double d, char *buf, size_t n)
     }
 }
 
-/* The text of number v into buf: as written when the reader kept it
- * (jsonin keeps it in valuestring, which cJSON leaves NULL for numbers),
- * so that 12345678901234567890 or 1e400 read in a violation as in the
- * answer; else the double's shortest text.  Returns its length. */
-static size_t num_text_of(const cJSON *v, char *buf, size_t n)
+/* A text of known length: a piece of a report's message, or a text made
+ * at compile time that reports point at. */
+typedef struct mpart {
+    const char *s;
+    size_t l;
+} mpart;
+#define MPL(lit) ((mpart){ (lit), sizeof(lit) - 1 })
+
+/* The text of number v: as written when the reader kept it (jsonin keeps
+ * it in valuestring, which cJSON leaves NULL for numbers), so that
+ * 12345678901234567890 or 1e400 read in a violation as in the answer,
+ * unless longer than an `actual` may be; else the double's shortest text,
+ * written into buf (n bytes). */
+static mpart num_text_of(const cJSON *v, char *buf, size_t n)
 {
     if (v->valuestring) {
         size_t l = strlen(v->valuestring);
-        if (l < n) {
-            memcpy(buf, v->valuestring, l + 1);
-            return l;
-        }
+        if (l <= SNIPPET_MAX)
+            return (mpart){ v->valuestring, l };
     }
     fmt_num(v->valuedouble, buf, n);
-    return strlen(buf);
+    return (mpart){ buf, strlen(buf) };
 }
 
 typedef struct jw {
@@ -546,12 +553,11 @@ static void jw_value(jw *w, const cJSON *v, int depth)
     case cJSON_NULL: jw_put(w, "null", 4); break;
     case cJSON_True: jw_put(w, "true", 4); break;
     case cJSON_False: jw_put(w, "false", 5); break;
-    case cJSON_Number:
-        if (v->valuestring) /* its text as written (jsonin), however long */
-            jw_put(w, v->valuestring, strlen(v->valuestring));
-        else
-            jw_put(w, num, num_text_of(v, num, sizeof num));
+    case cJSON_Number: {
+        mpart t = num_text_of(v, num, sizeof num);
+        jw_put(w, t.s, t.l);
         break;
+    }
     case cJSON_String: jw_string(w, v->valuestring); break;
     case cJSON_Array:
         jw_put(w, "[", 1);
@@ -836,13 +842,6 @@ enum { UE_ITEMS = 1, UE_PROPS = 2 };
 
 typedef struct node node;
 
-/* A text of known length: a piece of a report's message, or a text made
- * at compile time that reports copy. */
-typedef struct mpart {
-    const char *s;
-    size_t l;
-} mpart;
-#define MPL(lit) ((mpart){ (lit), sizeof(lit) - 1 })
 /* a keyword name and its length, as report_p() takes them */
 #define KWL(lit) (lit), (sizeof(lit) - 1)
 
@@ -943,9 +942,8 @@ struct node {
     const rres *res;
     uint8_t unique;
     uint8_t content_b64, content_json;
-    const char *type_text, *enum_text, *const_text, *pattern_text;
+    const char *type_text, *enum_text, *const_text, *pattern_text; /* kt[].expected */
     /* texts of reports, made once by report_texts() */
-    size_t type_text_len, enum_text_len, const_text_len, pattern_text_len;
     mpart type_msg;   /* "expected string or null, got " */
     ktext *kt;         /* the keywords of KM_TEXTS present, in K_ order: kt_of() */
     mpart *req_text;   /* the JSON text of each required name */
@@ -2490,7 +2488,13 @@ static mpart arena_text(cctx *c, const char *s, size_t l)
     return t;
 }
 
-/* s followed by the n parts, NUL-terminated, in the schema's arena */
+/* s and its length (NULL: none) */
+static mpart text_part(const char *s)
+{
+    return (mpart){ s, s ? strlen(s) : 0 };
+}
+
+/* the n parts one after the other, NUL-terminated, in the schema's arena */
 static mpart arena_join(cctx *c, const mpart *parts, int n)
 {
     size_t l = 0;
@@ -2512,16 +2516,12 @@ static mpart arena_join(cctx *c, const mpart *parts, int n)
 }
 
 /* The texts of reports that do not depend on the instance, made here once
- * (reports point at them): the lengths of the keyword texts, the start of
- * the `type` message, node.kt (each keyword's location, bound as
- * `expected` text, whole message where constant) and the names of
+ * (reports point at them): the start of the `type` message, node.kt (each
+ * keyword's location, `expected` text, whole message where constant) and
+ * the names of
  * `required` as JSON and as messages. */
 static void report_texts(cctx *c, node *n)
 {
-    n->type_text_len = n->type_text ? strlen(n->type_text) : 0;
-    n->enum_text_len = n->enum_text ? strlen(n->enum_text) : 0;
-    n->const_text_len = n->const_text ? strlen(n->const_text) : 0;
-    n->pattern_text_len = n->pattern_text ? strlen(n->pattern_text) : 0;
     if (n->kwmask & KB(K_TYPE)) {
         char list[128], msg[160];
         type_list(n->types, list, sizeof list);
@@ -2569,16 +2569,16 @@ static void report_texts(cctx *c, node *n)
             default:
                 bound = 0;
                 if (k == K_ENUM) {
-                    t->expected = (mpart){ n->enum_text, n->enum_text_len };
+                    t->expected = text_part(n->enum_text);
                     head = MPL("value must be one of ");
                 } else if (k == K_CONST) {
-                    t->expected = (mpart){ n->const_text, n->const_text_len };
+                    t->expected = text_part(n->const_text);
                     head = MPL("value must be ");
                 } else if (k == K_PATTERN) {
-                    t->expected = (mpart){ n->pattern_text, n->pattern_text_len };
+                    t->expected = text_part(n->pattern_text);
                     head = MPL("string does not match the pattern ");
                 } else if (k == K_TYPE) {
-                    t->expected = (mpart){ n->type_text, n->type_text_len };
+                    t->expected = text_part(n->type_text);
                 }
                 break;
             }
@@ -3597,13 +3597,8 @@ static int report_bound(vctx *c, const node *n, int k, const char *code, const c
 {
     char xs[40];
     mpart x = { xs, 0 };
-    if (c->record == 1) {
-        /* the number as written, unless longer than an `actual` may be */
-        if (inst->valuestring && (x.l = strlen(inst->valuestring)) <= SNIPPET_MAX)
-            x.s = inst->valuestring;
-        else
-            x.l = num_text_of(inst, xs, sizeof xs);
-    }
+    if (c->record == 1)
+        x = num_text_of(inst, xs, sizeof xs);
     const ktext *t = kt_of(n, k);
     mpart m[4] = { MPL("value "), x, mid, t->expected };
     return report_p(c, n, t->kloc.s, t->kloc.l, code, inst, &x, t->expected.s, t->expected.l, m, 4,
