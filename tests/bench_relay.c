@@ -1,8 +1,9 @@
 /* bench_relay.c - the Kafka floor of `make bench`: consume each message of
  * the jobs topic and produce it again to another topic, with the worker's
  * client settings (consumer group, manual offset store after delivery,
- * idempotent lz4 producer with linger 5 ms, the 7 CloudEvents headers) and
- * nothing else: no LLM call, no Redis, no JSON, no validation.
+ * idempotent lz4 producer with linger 5 ms, the 7 CloudEvents headers, the
+ * outcome topics' sticky partitioner with its 5 ms window) and nothing
+ * else: no LLM call, no Redis, no JSON, no validation.
  *
  * Usage:
  *   bench-relay --brokers LIST --count N [--in TOPIC] [--out TOPIC]
@@ -39,6 +40,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#include "sticky.h"
 
 typedef struct relay {
     rd_kafka_t *consumer, *producer;
@@ -314,6 +317,15 @@ int main(int argc, char **argv) {
     }
     rd_kafka_conf_set_dr_msg_cb(pc, dr_cb);
     rd_kafka_conf_set_opaque(pc, &r);
+    static sticky outcome_sticky;
+    sticky_init(&outcome_sticky, 5000); /* the linger */
+    rd_kafka_topic_conf_t *tc = rd_kafka_conf_get_default_topic_conf(pc);
+    if (!tc) {
+        tc = rd_kafka_topic_conf_new();
+        rd_kafka_conf_set_default_topic_conf(pc, tc);
+    }
+    rd_kafka_topic_conf_set_partitioner_cb(tc, sticky_partitioner);
+    rd_kafka_topic_conf_set_opaque(tc, &outcome_sticky);
 
     r.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr));
     if (!r.consumer) {

@@ -3,6 +3,7 @@ to final, retry, escalation and dead-letter events, with state in Redis."""
 import json
 import time
 import uuid
+import zlib
 
 import pytest
 
@@ -348,6 +349,43 @@ def test_duplicate_message_is_not_processed_twice(stack):
     assert len(by_job(stack.outcomes(), jid)) == 1
     assert "%s:2" % jid not in stack.llm_stats()["calls"]
     assert stack.stop_worker(w) == 0
+
+
+def test_outcome_partitioning(stack):
+    """Outcome events keep the job id as their key either way.  Sticky (the
+    default): a worker fills one partition of an outcome topic for
+    kafka.producer.sticky.partitioning.linger.ms before it moves on, so with
+    a window longer than the test every final event lands in one partition,
+    where their keys spread them over all four.  Key: each goes where
+    librdkafka's partitioner puts its key (CRC-32 of the job id, modulo the
+    partitions), as retry jobs always do."""
+    def crc_partition(key):
+        return zlib.crc32(key.encode()) % 4
+
+    w = stack.start_worker("--set", "kafka.producer.sticky.partitioning.linger.ms=600000")
+    ids = [uid("sticky") for _ in range(40)]
+    stack.produce_jobs([job(j, directive="defect=wrong_type until=1" if i % 4 == 0 else None)
+                        for i, j in enumerate(ids)])
+    stack.wait_outcomes(ids)
+    assert stack.stop_worker(w) == 0
+    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] in ids]
+    assert len(finals) == 40 and all(m["key"] == m["value"]["job_id"] for m in finals)
+    assert len({m["partition"] for m in finals}) == 1, sorted(m["partition"] for m in finals)
+    # the keys alone would have used every partition
+    assert len({crc_partition(j) for j in ids}) == 4
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"]
+    assert len(retries) == 10
+    assert all(m["partition"] == crc_partition(m["key"]) for m in retries), retries
+
+    w = stack.start_worker("--set", "topics.outcome_partitioning=key")
+    ids2 = [uid("keyed") for _ in range(40)]
+    stack.produce_jobs([job(j) for j in ids2])
+    stack.wait_outcomes(ids2)
+    assert stack.stop_worker(w) == 0
+    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] in ids2]
+    assert len(finals) == 40
+    assert all(m["key"] == m["value"]["job_id"] and m["partition"] == crc_partition(m["key"])
+               for m in finals), [(m["key"], m["partition"]) for m in finals]
 
 
 def test_delivered_outcomes_are_marked_in_redis(stack):
