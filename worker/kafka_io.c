@@ -59,7 +59,6 @@ struct kafka_io {
 
 static void drop_held(kafka_io *k, const rd_kafka_topic_partition_list_t *parts);
 
-
 /* Topic handles for the outcome topics, with the sticky partitioner;
  * the producer's other topics (the jobs topic) keep its partitioner. */
 static int open_outcome_topics(kafka_io *k, const config *cfg, char *err, size_t errlen) {
