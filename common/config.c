@@ -29,7 +29,7 @@ static const cfg_def cfg_defs[] = {
     S("topics.final", "retort.final", "topic of final events"),
     S("topics.escalations", "retort.escalations", "topic of escalation events"),
     S("topics.dlq", "retort.dlq", "dead-letter topic for malformed jobs"),
-    E("topics.outcome_partitioning", "sticky", "sticky|key", "how final, escalation and dead-letter events spread over their topic's partitions: sticky (each worker fills one partition for a window of kafka.producer.linger.ms (or kafka.producer.sticky.partitioning.linger.ms if set), then the next: one produce request per window, not one per partition) or key (librdkafka's partitioner on the job id); the key is the job id either way, and retry jobs always go by key"),
+    E("topics.outcome_partitioning", "key", "key|sticky", "how final, escalation and dead-letter events spread over their topic's partitions: key (librdkafka's partitioner on the job id: a job's events stay in order on one partition) or sticky (each worker fills one partition for a window of kafka.producer.linger.ms, or kafka.producer.sticky.partitioning.linger.ms if set, then the next: one produce request per window instead of one per partition, but a job's events of different runs may land on different partitions); the key is the job id either way, and retry jobs always go by key"),
     S("redis.host", "127.0.0.1", "Redis host"),
     I("redis.port", "6379", 1, 65535, "Redis port"),
     {"redis.password", CFG_STR, "", 0, 0, NULL, 1, "Redis password (AUTH); empty for none"},

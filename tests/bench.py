@@ -36,6 +36,8 @@ BENCH_QUICK=1 divides every job count by 5 (a smoke run), BENCH_ONLY=floors,a,c
 runs some parts only (a scenario by name or first letter), BENCH_WORKER=PATH
 measures another build of `retort` (A/B comparisons), BENCH_RESULTS=PATH
 writes the JSON elsewhere than bench-results.json,
+BENCH_OUTCOME_PARTITIONING=key runs the worker and the relay floor with
+outcome events partitioned by key (the worker's default) instead of sticky,
 STACK_REDIS_APPENDFSYNC=everysec runs Redis with its AOF synced once a
 second instead of on every write (the default, `always`),
 BENCH_LATENCY_DUMP=PREFIX writes each latency run's per-job stamps to
@@ -64,7 +66,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_lib import (BUILD, FETCH_WAIT_MS, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
+from bench_lib import (BUILD, FETCH_WAIT_MS, OUTCOME_PARTITIONING, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
                        chat_body, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
                        proc_allocator, proc_cpu_s, proc_status_kb, slope)
 from stack import free_port  # noqa: E402
@@ -127,7 +129,8 @@ def floors():
         st.feed(docs)
         k0 = proc_cpu_s(st.kafka.pid)
         r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
-                            "--count", str(count), "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                            "--count", str(count), "--fetch-wait-ms", str(FETCH_WAIT_MS),
+                            "--partitioning", OUTCOME_PARTITIONING],
                            capture_output=True, text=True, timeout=600)
         relay = json.loads(r.stdout)
         out["relay_mock_broker_cpu_us_per_msg"] = round((proc_cpu_s(st.kafka.pid) - k0) * 1e6 / count, 1)
@@ -141,7 +144,8 @@ def floors():
         m, rate = n(2400), 300
         lat_docs = [job_doc("relaylat-%s-%d" % (RUN, i), i) for i in range(m)]
         proc = subprocess.Popen([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap,
-                                 "--count", str(m + 1), "--fetch-wait-ms", str(LATENCY_FETCH_WAIT_MS)],
+                                 "--count", str(m + 1), "--fetch-wait-ms", str(LATENCY_FETCH_WAIT_MS),
+                                 "--partitioning", OUTCOME_PARTITIONING],
                                 stdout=subprocess.PIPE, text=True)
         warm = "relaylat-%s-warm" % RUN
         st.feed([job_doc(warm, 0)])
@@ -169,7 +173,8 @@ def floors():
             st.feed([job_doc("%s-%s-%d" % (tag, RUN, i), i) for i in range(cnt)])
             r = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", st.bootstrap, "--count", str(cnt),
                                 "--group", "bench-" + tag, "--max-inflight", str(inflight), "--hold-ms", str(hold_ms),
-                                "--flow", flow, "--fetch-wait-ms", str(FETCH_WAIT_MS)],
+                                "--flow", flow, "--fetch-wait-ms", str(FETCH_WAIT_MS),
+                                "--partitioning", OUTCOME_PARTITIONING],
                                capture_output=True, text=True, timeout=600)
             return json.loads(r.stdout)
 
@@ -779,6 +784,8 @@ def report(results):
     fw = results["env"].get("fetch_wait_max_ms", {})
     log("consumers: fetch.wait.max.ms %s in the throughput phases, %s in the latency phases "
         "(the mock broker holds every fetch that long)" % (fw.get("throughput"), fw.get("latency")))
+    log("outcome events: topics.outcome_partitioning=%s (the default is key; "
+        "BENCH_OUTCOME_PARTITIONING=key to compare)" % results["env"].get("outcome_partitioning", "key"))
     cols = [("jobs/s", "jobs_per_s", "%8.0f"), ("us CPU/job", "cpu_us_per_job", "%10.0f"),
             ("add p50 ms", "added_latency_p50_ms", "%10.1f"), ("add p99 ms", "added_latency_p99_ms", "%10.1f"),
             ("RSS MB", "rss_peak_mb", "%7.1f"), ("KB/inflight", "rss_per_inflight_kb", "%11.1f"),
@@ -942,7 +949,8 @@ def main():
         "partitions": PARTITIONS, "quick": QUICK, "scale_jobs": SCALE_JOBS,
         "worker_binary": os.environ.get("BENCH_WORKER") or os.path.join(BUILD, "retort"),
         "redis_appendfsync": os.environ.get("STACK_REDIS_APPENDFSYNC", "always"),
-        "fetch_wait_max_ms": {"throughput": FETCH_WAIT_MS, "latency": LATENCY_FETCH_WAIT_MS}}}
+        "fetch_wait_max_ms": {"throughput": FETCH_WAIT_MS, "latency": LATENCY_FETCH_WAIT_MS},
+        "outcome_partitioning": OUTCOME_PARTITIONING}}
     results["env"]["busy_before_pct"] = round(busy, 1)
     try:   # read-only: which tree was measured
         results["env"]["git_head"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],

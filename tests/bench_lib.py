@@ -18,6 +18,7 @@ from stack import BUILD, CLK_TCK, REPO, Stack, proc_cpu_s  # noqa: E402
 
 SCHEMAS = ["product.v1", "ticket.v1", "invoice.v1"]
 FETCH_WAIT_MS = int(os.environ.get("BENCH_FETCH_WAIT_MS", "5"))   # see BenchStack.properties
+OUTCOME_PARTITIONING = os.environ.get("BENCH_OUTCOME_PARTITIONING", "sticky")   # likewise
 INLINE_SCHEMAS = os.environ.get("BENCH_INLINE_SCHEMAS") == "1"
 PROMPTS = {
     "product.v1": "Extract the product listing from: 'Lightweight trail running shoe, breathable mesh, 89.90 EUR, in stock.'",
@@ -288,7 +289,11 @@ class BenchStack(Stack):
         # broker answers as soon as there is data.  So that the latency
         # figures show the worker rather than that artefact, every consumer
         # of the bench (worker and relay floor) waits FETCH_WAIT_MS at most.
-        return super().properties() + "kafka.consumer.fetch.wait.max.ms=%d\n" % FETCH_WAIT_MS
+        # The worker runs as a throughput user would set it up: outcome
+        # events partitioned sticky (the default is by key; see README,
+        # Events), as the relay floor does too.
+        return super().properties() + "kafka.consumer.fetch.wait.max.ms=%d\ntopics.outcome_partitioning=%s\n" % (
+            FETCH_WAIT_MS, OUTCOME_PARTITIONING)
 
     def start_worker(self, *args, name=None):
         """Stack.start_worker, with BENCH_WORKER=/path/to/retort to measure

@@ -2,8 +2,9 @@
  * the jobs topic and produce it again to another topic, with the worker's
  * client settings (consumer group, manual offset store after delivery,
  * idempotent lz4 producer with linger 5 ms, the 7 CloudEvents headers, the
- * outcome topics' sticky partitioner with its 5 ms window) and nothing
- * else: no LLM call, no Redis, no JSON, no validation.
+ * outcome topics' partitioner: sticky with a 5 ms window, or by key, as
+ * topics.outcome_partitioning) and nothing else: no LLM call, no Redis,
+ * no JSON, no validation.
  *
  * Usage:
  *   bench-relay --brokers LIST --count N [--in TOPIC] [--out TOPIC]
@@ -11,6 +12,7 @@
  *   bench-relay --brokers LIST --produce FILE [--out TOPIC] [--rate R]
  *   relay mode options emulating the worker's flow control:
  *               [--max-inflight M] [--hold-ms T] [--flow pause|nopoll]
+ *               [--fetch-wait-ms MS] [--partitioning sticky|key]
  *
  * Relay mode runs until N messages were consumed and their copies delivered
  * (or the timeout passes) and prints one JSON line: messages, elapsed_s
@@ -250,7 +252,7 @@ int main(int argc, char **argv) {
     held *ring = NULL;
     size_t ring_cap = 0, ring_head = 0, ring_n = 0;
     int paused = 0;
-    const char *brokers = NULL, *group = "bench-relay", *fetch_wait = "100";
+    const char *brokers = NULL, *group = "bench-relay", *fetch_wait = "100", *partitioning = "sticky";
     long count = 0, timeout_s = 300;
     char errstr[512];
     int rc = 1;
@@ -271,11 +273,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--hold-ms") && has) hold_ms = atof(argv[++i]);
         else if (!strcmp(a, "--flow") && has) flow = argv[++i];
         else if (!strcmp(a, "--fetch-wait-ms") && has) fetch_wait = argv[++i];
+        else if (!strcmp(a, "--partitioning") && has) partitioning = argv[++i];
         else {
             fprintf(stderr, "usage: bench-relay --brokers LIST --count N [--in TOPIC] [--out TOPIC] "
                             "[--group ID] [--timeout-s S]\n"
                             "                   [--max-inflight M] [--hold-ms T] [--flow pause|nopoll]\n"
-                            "                   [--fetch-wait-ms MS]\n"
+                            "                   [--fetch-wait-ms MS] [--partitioning sticky|key]\n"
                             "       bench-relay --brokers LIST --produce FILE [--out TOPIC] [--rate R]\n");
             return 2;
         }
@@ -318,14 +321,16 @@ int main(int argc, char **argv) {
     rd_kafka_conf_set_dr_msg_cb(pc, dr_cb);
     rd_kafka_conf_set_opaque(pc, &r);
     static sticky outcome_sticky;
-    sticky_init(&outcome_sticky, 5000); /* the linger */
-    rd_kafka_topic_conf_t *tc = rd_kafka_conf_get_default_topic_conf(pc);
-    if (!tc) {
-        tc = rd_kafka_topic_conf_new();
-        rd_kafka_conf_set_default_topic_conf(pc, tc);
+    if (!strcmp(partitioning, "sticky")) {
+        sticky_init(&outcome_sticky, 5000); /* the linger */
+        rd_kafka_topic_conf_t *tc = rd_kafka_conf_get_default_topic_conf(pc);
+        if (!tc) {
+            tc = rd_kafka_topic_conf_new();
+            rd_kafka_conf_set_default_topic_conf(pc, tc);
+        }
+        rd_kafka_topic_conf_set_partitioner_cb(tc, sticky_partitioner);
+        rd_kafka_topic_conf_set_opaque(tc, &outcome_sticky);
     }
-    rd_kafka_topic_conf_set_partitioner_cb(tc, sticky_partitioner);
-    rd_kafka_topic_conf_set_opaque(tc, &outcome_sticky);
 
     r.consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cc, errstr, sizeof(errstr));
     if (!r.consumer) {

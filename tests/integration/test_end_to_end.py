@@ -352,17 +352,18 @@ def test_duplicate_message_is_not_processed_twice(stack):
 
 
 def test_outcome_partitioning(stack):
-    """Outcome events keep the job id as their key either way.  Sticky (the
-    default): a worker fills one partition of an outcome topic for
-    kafka.producer.sticky.partitioning.linger.ms before it moves on, so with
+    """Outcome events keep the job id as their key either way.  By key (the
+    default) each goes where librdkafka's partitioner puts its key (CRC-32
+    of the job id, modulo the partitions), as retry jobs always do, so a
+    job's events stay in order on one partition.  Sticky: a worker fills one
+    partition of an outcome topic for a window before it moves on, so with
     a window longer than the test every final event lands in one partition,
-    where their keys spread them over all four.  Key: each goes where
-    librdkafka's partitioner puts its key (CRC-32 of the job id, modulo the
-    partitions), as retry jobs always do."""
+    where their keys spread them over all four."""
     def crc_partition(key):
         return zlib.crc32(key.encode()) % 4
 
-    w = stack.start_worker("--set", "kafka.producer.sticky.partitioning.linger.ms=600000")
+    w = stack.start_worker("--set", "topics.outcome_partitioning=sticky",
+                           "--set", "kafka.producer.sticky.partitioning.linger.ms=600000")
     ids = [uid("sticky") for _ in range(40)]
     stack.produce_jobs([job(j, directive="defect=wrong_type until=1" if i % 4 == 0 else None)
                         for i, j in enumerate(ids)])
@@ -377,7 +378,7 @@ def test_outcome_partitioning(stack):
     assert len(retries) == 10
     assert all(m["partition"] == crc_partition(m["key"]) for m in retries), retries
 
-    w = stack.start_worker("--set", "topics.outcome_partitioning=key")
+    w = stack.start_worker()
     ids2 = [uid("keyed") for _ in range(40)]
     stack.produce_jobs([job(j) for j in ids2])
     stack.wait_outcomes(ids2)
