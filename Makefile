@@ -168,7 +168,7 @@ integration-asan: all $(ASAN_BUILD)/retort
 $(BUILD)/bench-curl: $(BUILD)/tests/bench_curl.o
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,libcurl libuv) $(MALLOC_LIB)
 
-$(BUILD)/bench-relay: $(BUILD)/tests/bench_relay.o $(BUILD)/worker/sticky.o
+$(BUILD)/bench-relay: $(BUILD)/tests/bench_relay.o $(BUILD)/worker/sticky.o $(BUILD)/common/util.o
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,rdkafka) $(MALLOC_LIB)
 
 # Linked like `retort` (whose `validate` and worker run the validator), with

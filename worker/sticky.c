@@ -1,14 +1,13 @@
 #include "sticky.h"
 
-#include <time.h>
 #include <unistd.h>
 
+#include "util.h"
+
 void sticky_init(sticky *s, int64_t window_us) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     s->until_us = 0;
     s->part = -1;
-    s->seed = (uint32_t)getpid() * 2654435761u ^ (uint32_t)ts.tv_nsec;
+    s->seed = (uint32_t)getpid() * 2654435761u ^ (uint32_t)util_mono_us();
     s->window_us = window_us;
 }
 
@@ -36,10 +35,7 @@ static int partition_available(const void *ctx, int32_t p) {
 
 int32_t sticky_partitioner(const rd_kafka_topic_t *rkt, const void *key, size_t keylen,
                            int32_t cnt, void *rkt_opaque, void *msg_opaque) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-    int32_t p = sticky_pick(rkt_opaque, now_us, cnt, partition_available, rkt);
+    int32_t p = sticky_pick(rkt_opaque, (int64_t)util_mono_us(), cnt, partition_available, rkt);
     return p >= 0 ? p
                   : rd_kafka_msg_partitioner_consistent_random(rkt, key, keylen, cnt, rkt_opaque,
                                                                msg_opaque);
