@@ -60,6 +60,7 @@ static const cfg_def cfg_defs[] = {
     I("retry.previous_output_max_bytes", "8192", 256, 1048576, "cap on the previous output carried by a retry job"),
     I("retry.max_violations", "20", 1, 1000, "violations reported per attempt"),
     I("retry.max_message_bytes", "900000", 4096, 100000000, "a retry job larger than this is cut (previous output to 1 KiB and 5 violations, then no output and 1 violation); keep under the topic's max message size (a retry Kafka refuses as too large is cut further, at last to no reflection)"),
+    B("retry.local", "true", "run a job's next attempt here as soon as its retry job is delivered, instead of when the retry job comes back from Kafka behind the backlog of its partition; the retry job still goes to the topic (the job's message stays uncommitted until the attempt ends, and whoever reads the retry job finds the attempt done, or waits for it, or takes it over if this worker dies)"),
     I("retry.token_budget", "0", 0, 1000000000, "tokens per job over all attempts when the job sets no token_budget (0: none)"),
     S("escalation.webhook_url", "", "POST every escalation event here as well (empty: off)"),
     I("escalation.webhook_timeout_ms", "5000", 100, 600000, "timeout of one webhook call"),

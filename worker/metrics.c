@@ -77,8 +77,12 @@ void metrics_render(const metrics *m, sbuf *b) {
                    "# TYPE retort_owner_waits_total counter\nretort_owner_waits_total %llu\n"
                    "# HELP retort_takeovers_total Attempts (or undelivered outcomes) taken over from a worker "
                    "whose lease had lapsed.\n"
-                   "# TYPE retort_takeovers_total counter\nretort_takeovers_total %llu\n",
-                (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers);
+                   "# TYPE retort_takeovers_total counter\nretort_takeovers_total %llu\n"
+                   "# HELP retort_local_retries_total Attempts run by the worker that decided the retry, as soon "
+                   "as their retry job was delivered, instead of after it came back through Kafka (retry.local).\n"
+                   "# TYPE retort_local_retries_total counter\nretort_local_retries_total %llu\n",
+                (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers,
+                (unsigned long long)m->local_retries);
     sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
     for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++)
         sbuf_printf(b, "retort_violations_total{code=\"%s\"} %llu\n", m->codes[i], (unsigned long long)m->code_counts[i]);

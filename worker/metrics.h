@@ -35,6 +35,7 @@ typedef struct metrics {
     uint64_t attempts;
     uint64_t owner_waits;              /* messages that waited for a live worker's attempt */
     uint64_t takeovers;                /* attempts taken over from a worker found gone */
+    uint64_t local_retries;            /* attempts run at once after their retry job's delivery (retry.local) */
     uint64_t llm_calls[2][5];          /* provider x class: 2xx 4xx 5xx 429 error */
     char codes[METRICS_MAX_CODES][32];
     uint64_t code_counts[METRICS_MAX_CODES];

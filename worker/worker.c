@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "offsets.h"
 #include "plugins.h"
+#include "recent.h"
 #include "reflect.h"
 #include "rules.h"
 #include "schema.h"
@@ -122,6 +123,9 @@ typedef struct wjob {
     /* bookkeeping */
     struct wjob *dups;       /* parked messages of the same job id */
     struct wjob *dup_next;
+    int chain_first;         /* retry.local: the first attempt run here after
+                              * delivering its retry job (0: none) */
+    int superseded;          /* another worker took this attempt over */
     struct wjob *hnext;      /* in-flight map chain */
     int in_map;
     struct wjob *prev, *next;
@@ -180,6 +184,8 @@ struct worker {
     size_t max_inflight;     /* LLM calls (the gate's ceiling) */
     size_t max_jobs;         /* jobs held: calls and the work around them */
     size_t inflight;
+    int retry_local;         /* retry.local */
+    recent *continued;       /* retry.local: attempts run here, by job */
     uint64_t seq;
     wjob *map[MAP_BUCKETS];
     wjob *jobs;              /* every live wjob */
@@ -258,7 +264,9 @@ static void maybe_resume(worker *w) {
 }
 
 static void check_drained(worker *w);
+static void job_done(wjob *j);
 static void job_begin(wjob *j);
+static void job_setup(wjob *j);
 static void call_llm(wjob *j);
 static void produce_outcome(wjob *j);
 static int cut_harder(wjob *j);
@@ -280,6 +288,31 @@ static void wjob_close_cb(uv_handle_t *h) {
     free(j);
 }
 
+static void job_unlink(wjob *j) {
+    worker *w = j->w;
+    if (j->prev) j->prev->next = j->next;
+    else w->jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+}
+
+static void job_link(wjob *j) {
+    worker *w = j->w;
+    j->prev = NULL;
+    j->next = w->jobs;
+    if (w->jobs) w->jobs->prev = j;
+    w->jobs = j;
+}
+
+/* A retry job of an attempt this worker ran to its outcome already, right
+ * after delivering it (retry.local): nothing left to do but its offset. */
+static void skip_ran_here(wjob *j) {
+    worker *w = j->w;
+    log_debug(j->job.job_id, j->job.attempt, "retry job of an attempt run here already; skipping");
+    w->n_skipped++;
+    w->m.jobs[METRICS_SKIPPED]++;
+    job_done(j);
+}
+
 /* The message is handled: store its offset when nothing below is pending,
  * release duplicates waiting for it, free it. */
 static void job_done(wjob *j) {
@@ -289,22 +322,43 @@ static void job_done(wjob *j) {
     if (offsets_done(w->offs, j->partition, j->epoch, j->offset, &commit) == 1)
         kafka_io_store(w->kio, j->partition, commit);
     map_del(w, j);
-    wjob *dup = j->dups;
+    /* Attempts chain_first..last ran here after their retry jobs' delivery
+     * (retry.local) and are over: their retry jobs, parked behind this
+     * one or still to come from Kafka, are done.  An attempt another
+     * worker took over is its own. */
+    int last = j->chain_first ? j->job.attempt - j->superseded : 0;
+    if (last && last >= j->chain_first && recent_add(w->continued, j->job.job_id, j->job.run, j->chain_first, last))
+        log_warn(j->job.job_id, j->job.attempt, "out of memory remembering the attempts run here");
+    wjob *ran = NULL, **ran_tail = &ran, *keep = NULL, **keep_tail = &keep;
+    for (wjob *d = j->dups, *next; d; d = next) {
+        next = d->dup_next;
+        d->dup_next = NULL;
+        int covered = last && d->job.run == j->job.run && d->job.attempt >= j->chain_first && d->job.attempt <= last;
+        if (covered) {
+            *ran_tail = d;
+            ran_tail = &d->dup_next;
+        } else {
+            *keep_tail = d;
+            keep_tail = &d->dup_next;
+        }
+    }
     j->dups = NULL;
-    if (dup) {
+    if (keep) {
         /* The first parked duplicate takes this one's place in the map;
          * the rest queue behind it. */
-        wjob *rest = dup->dup_next;
-        dup->dup_next = NULL;
-        dup->dups = rest;
-        map_put(w, dup);
-        job_begin(dup);
+        keep->dups = keep->dup_next;
+        keep->dup_next = NULL;
+        map_put(w, keep);
+        job_begin(keep);
     }
-    if (j->prev) j->prev->next = j->next;
-    else w->jobs = j->next;
-    if (j->next) j->next->prev = j->prev;
+    job_unlink(j);
     w->inflight--;
     uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
+    for (wjob *d = ran, *next; d; d = next) {
+        next = d->dup_next;
+        d->dup_next = NULL;
+        skip_ran_here(d);
+    }
     maybe_resume(w);
     check_drained(w);
 }
@@ -395,6 +449,55 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
     events_headers_init(&j->hdr, type, j->job.job_id, j->job.run, attempt, j->w->source, util_wall_ms());
 }
 
+/* retry.local: the retry job of j is delivered (so it survives this
+ * process); the next attempt starts here now, from the same value, rather
+ * than when the retry job comes back from Kafka behind its partition's
+ * backlog.  The new job takes j's place: its slot, its message (whose
+ * offset is stored only when the attempt is over), its map entry and the
+ * duplicates parked behind it.  The retry job on the topic is skipped when
+ * it comes back here (job_done, on_message), and elsewhere Redis says the
+ * attempt is running or done; if this process dies first, whoever reads
+ * the retry job takes the attempt over once the lease lapses.  0 = j is
+ * gone; -1 = not here (off, shutting down, the retry job came back first
+ * and runs already, Redis down): the caller finishes j. */
+static int continue_here(wjob *j) {
+    worker *w = j->w;
+    if (!w->retry_local || w->stopping || !j->in_map || !state_connected(w->st)) return -1;
+    wjob *n = calloc(1, sizeof(*n));
+    if (!n) return -1;
+    char err[512], id[256];
+    cJSON *violations = NULL;
+    if (job_parse(j->ev_value, strlen(j->ev_value), w->envelope, w->default_max_attempts,
+                  w->max_attempts_ceiling, &n->job, &violations, id, sizeof(id), err, sizeof(err))) {
+        /* Our own retry job: only a bug or no memory gets here.  The copy
+         * on the topic goes the usual way. */
+        log_warn(j->job.job_id, j->ev_attempt, "cannot run the retry here (%s); it waits for its retry job", err);
+        cJSON_Delete(violations);
+        job_clear(&n->job);
+        free(n);
+        return -1;
+    }
+    n->w = w;
+    uv_timer_init(w->loop, &n->timer);
+    n->timer.data = n;
+    n->partition = j->partition;
+    n->offset = j->offset;
+    n->epoch = j->epoch;
+    n->recv_wall = util_wall_ms();
+    n->chain_first = j->chain_first ? j->chain_first : n->job.attempt;
+    job_link(n);
+    map_del(w, j);
+    n->dups = j->dups;
+    j->dups = NULL;
+    map_put(w, n);
+    j->stage = STAGE_DONE;
+    job_unlink(j);
+    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
+    w->m.local_retries++;
+    job_begin(n);
+    return 0;
+}
+
 static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     wjob *j = opaque;
     worker *w = ud;
@@ -438,6 +541,7 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     j->stage = STAGE_PUBLISHED;
     if (state_published(w->st, j->job.job_id, j->ev_attempt))
         log_warn(j->job.job_id, j->ev_attempt, "out of memory recording the delivered outcome");
+    if (j->ev_type == EVENT_RETRY && continue_here(j) == 0) return;
     job_done(j);
 }
 
@@ -605,6 +709,7 @@ static void on_finish(void *ud, const state_reply *r) {
                  r->attempt, r->status);
         w->n_skipped++;
         w->m.jobs[METRICS_SKIPPED]++;
+        j->superseded = 1;
         job_done(j);
         return;
     }
@@ -1211,6 +1316,7 @@ static void on_begin(void *ud, const state_reply *r) {
 
 static void job_begin(wjob *j) {
     worker *w = j->w;
+    if (!j->model) job_setup(j); /* not for a message skipped unbegun */
     j->stage = STAGE_BEGIN;
     char seq[24];
     util_ltoa((long long)++w->seq, seq);
@@ -1317,6 +1423,17 @@ static void resolve_schema(wjob *j) {
     j->schema_text = j->os->text;
 }
 
+/* What a parsed job needs before it begins (job_begin): its model and
+ * schema. */
+static void job_setup(wjob *j) {
+    worker *w = j->w;
+    j->model = j->job.model ? j->job.model : w->default_model;
+    resolve_schema(j);
+    if (!j->job.max_attempts_set && j->os && j->os->max_attempts)
+        j->job.max_attempts = j->os->max_attempts < w->max_attempts_ceiling ? j->os->max_attempts
+                                                                          : w->max_attempts_ceiling;
+}
+
 static int on_message(void *ud, const rd_kafka_message_t *msg) {
     worker *w = ud;
     if (w->stopping || w->inflight >= w->max_jobs || !state_connected(w->st)) return 1;
@@ -1329,9 +1446,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     j->offset = msg->offset;
     j->recv_wall = util_wall_ms();
     j->epoch = offsets_add(w->offs, msg->partition, msg->offset);
-    j->next = w->jobs;
-    if (w->jobs) w->jobs->prev = j;
-    w->jobs = j;
+    job_link(j);
     w->inflight++;
 
     char err[512], id[256];
@@ -1357,11 +1472,11 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         produce_outcome(j);
         return 0;
     }
-    j->model = j->job.model ? j->job.model : w->default_model;
-    resolve_schema(j);
-    if (!j->job.max_attempts_set && j->os && j->os->max_attempts)
-        j->job.max_attempts = j->os->max_attempts < w->max_attempts_ceiling ? j->os->max_attempts
-                                                                          : w->max_attempts_ceiling;
+    if (w->continued && j->job.attempt > 1 &&
+        recent_covers(w->continued, j->job.job_id, j->job.run, j->job.attempt)) {
+        skip_ran_here(j);
+        return 0;
+    }
     wjob *active = map_find(w, j->job.job_id);
     if (active && active->stage == STAGE_PRODUCE && active->ev_type == EVENT_RETRY &&
         j->job.attempt == active->ev_attempt + 1) {
@@ -1741,6 +1856,14 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
         goto out;
     }
     w->offs = offsets_new();
+    w->retry_local = config_get_bool(cfg, "retry.local");
+    /* Sized for the retry jobs of a few rounds of held jobs: one that comes
+     * back later than that (behind a long backlog) costs a Redis round
+     * trip instead, which says the same. */
+    if (w->retry_local && !(w->continued = recent_new(w->max_jobs * 4 > 1024 ? w->max_jobs * 4 : 1024))) {
+        log_error(NULL, 0, "out of memory");
+        goto out;
+    }
     const char *key_env = config_get(cfg, "llm.api_key_env");
     const char *api_key = key_env && key_env[0] ? getenv(key_env) : NULL;
     llm_client_options lo = {w->provider, config_get(cfg, "llm.base_url"), api_key,
@@ -1844,6 +1967,7 @@ out:;
     uv_loop_close(w->loop);
     /* Jobs left by a drain timeout die with the process. */
     offsets_free(w->offs);
+    recent_free(w->continued);
     for (size_t i = 0; i < w->nschemas; i++) {
         schema_free(w->schemas[i].compiled);
         out_schema_clear(&w->schemas[i]);

@@ -454,6 +454,79 @@ def test_sigterm_drains_in_flight_jobs(stack):
     assert stack.llm_stats()["requests"] == before
 
 
+def repair_behind_a_backlog(stack, local):
+    """One worker with 2 calls in flight; a job that needs one repair,
+    then 40 jobs of 150 ms each behind it on its partition.  Returns the number of those
+    jobs that ended between the failed attempt and the repair, the
+    repaired job's final event and its attempt records, once every job has
+    ended."""
+    port = free_port()
+    w = stack.start_worker("--set", "llm.max_inflight=2", "--set", "retry.local=%s" % ("true" if local else "false"),
+                           "--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    prefix = uid("backlog")
+    first = prefix + "-repair"
+    # all on the repair's partition (librdkafka's partitioner: CRC-32 of
+    # the key, modulo the 4 partitions), in order behind it
+    part = zlib.crc32(first.encode()) % 4
+    rest = [k for k in ("%s-%03d" % (prefix, i) for i in range(400)) if zlib.crc32(k.encode()) % 4 == part][:40]
+    assert len(rest) == 40
+    stack.produce_jobs([job(first, directive="defect=missing_field until=1")] +
+                       [job(jid, directive="latency_ms=150") for jid in rest])
+    stack.wait_outcomes([first] + rest, timeout=90)
+    r = stack.redis_client()
+    hist = [json.loads(x) for x in r.lrange("retort:job:{%s}:history" % first, 0, -1)]
+    assert [h["attempt"] for h in hist] == [1, 2], hist
+    ended = [json.loads(r.lrange("retort:job:{%s}:history" % jid, -1, -1)[0])["finished_at"] for jid in rest]
+    between = sum(1 for t in ended if hist[0]["finished_at"] < t < hist[1]["started_at"])
+    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] == first]
+    assert len(finals) == 1 and finals[0]["value"]["attempts"] == 2, finals
+    retries = [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
+               and m["value"]["job_id"] == first]
+    assert len(retries) == 1 and retries[0]["value"]["attempt"] == 2
+    calls = stack.llm_stats()["calls"]
+    assert calls.get(first + ":1") == 1 and calls.get(first + ":2") == 1, calls
+    # the retry job comes back last: with retry.local it is skipped, done
+    deadline = time.time() + 20
+    while True:
+        samples, _ = scrape_metrics(port)
+        skipped = samples.get(("retort_jobs_total", (("outcome", "skipped"),)), 0)
+        if skipped or not local or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert samples[("retort_local_retries_total", ())] == (1 if local else 0)
+    assert skipped == (1 if local else 0)
+    assert stack.stop_worker(w) == 0
+    if local:
+        # the retry job was skipped here without asking Redis: no log of it
+        assert "skipping" not in stack.worker_log(w.name)
+    return between, finals[0]["value"], hist
+
+
+def test_a_repair_does_not_wait_behind_the_backlog(stack):
+    """retry.local (the default): the worker that decides a retry runs the
+    next attempt as soon as the retry job is delivered, instead of when the
+    retry job comes back from Kafka at the end of its partition, behind
+    every job produced before it.  The retry job still goes to the topic,
+    and when it comes back it is skipped: one LLM call per attempt."""
+    between, ev, hist = repair_behind_a_backlog(stack, True)
+    assert between <= 6, "%d of 40 jobs ended between the failed attempt and the repair" % between
+    assert [h["worker"] for h in hist] == ["w0", "w0"]
+    # the next worker finds every offset committed, the retry job's too
+    calls = stack.llm_stats()["requests"]
+    w = stack.start_worker(name="w-next")
+    time.sleep(6)
+    assert stack.llm_stats()["requests"] == calls
+    assert stack.stop_worker(w) == 0
+    assert "skipping" not in stack.worker_log("w-next")
+
+
+def test_a_repair_waits_for_its_retry_job_without_retry_local(stack):
+    """retry.local=false: the next attempt waits for the retry job to come
+    back from Kafka, behind the backlog of its partition."""
+    between, ev, hist = repair_behind_a_backlog(stack, False)
+    assert between >= 30, "only %d of 40 jobs ended between the failed attempt and the repair" % between
+
+
 def test_fixed_on_third_attempt(stack):
     stack.start_worker()
     jid = uid("third")

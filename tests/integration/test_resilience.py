@@ -205,6 +205,36 @@ def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
 
 
 @pytest.mark.slow
+def test_a_worker_killed_in_an_attempt_it_ran_after_its_retry_job_is_taken_over(stack):
+    """retry.local: the worker runs attempt 2 as soon as the retry job is
+    delivered, with the job's message still uncommitted.  SIGKILLed during
+    that attempt, nothing is lost: the next worker skips the job's message
+    (a later attempt exists), and takes attempt 2 over from the retry job
+    once the dead worker's lease lapses.  One outcome."""
+    w = stack.start_worker("--set", "worker.lease_ms=2000", name="local")
+    jid = uid("local-kill")
+    stack.produce_jobs([job(jid, directive="defect=missing_field until=1 latency_ms=1500")])
+    deadline = time.time() + 30
+    while time.time() < deadline and not stack.llm_stats()["calls"].get(jid + ":2"):
+        time.sleep(0.05)
+    assert stack.llm_stats()["calls"].get(jid + ":2") == 1
+    w.kill()
+    w.wait(10)
+    w2 = stack.start_worker(name="next")
+    outs = check_exactly_once(stack, [jid])
+    (final,) = [m["value"] for m in outs if m["value"]["job_id"] == jid]
+    assert final["attempts"] == 2
+    calls = stack.llm_stats()["calls"]
+    # attempt 2 paid twice: the dead worker's call was lost with it
+    assert calls.get(jid + ":1") == 1 and calls.get(jid + ":2") == 2, calls
+    hist = [json.loads(x) for x in stack.redis_client().lrange("retort:job:{%s}:history" % jid, 0, -1)]
+    assert [(h["attempt"], h["worker"]) for h in hist] == [(1, "local"), (2, "next")], hist
+    log = stack.worker_log("next")
+    assert "is gone; taking its attempt over" in log or "taking the attempt over" in log, log[-3000:]
+    assert "stale message (job is at attempt 2" in log, log[-3000:]
+    assert stack.stop_worker(w2) == 0
+
+
 def test_redis_restart_mid_batch(stack):
     w = stack.start_worker("--set", "llm.max_inflight=32")
     prefix = uid("redis")
