@@ -21,7 +21,8 @@ Then, on a fresh stack per scenario, one `retort worker` process:
 Each scenario has a throughput phase (a backlog of jobs; jobs/s, worker CPU
 per job from /proc/PID/stat, peak RSS from VmHWM, jobs in flight from the
 worker's /metrics sampled at 5 Hz, the Redis attempt intervals and the mock
-LLM's held calls; "starved" = samples with jobs waiting in Kafka but fewer
+LLM's held calls; the wait of each repair, from the failed attempt's end
+to the next attempt's claim; "starved" = samples with jobs waiting in Kafka but fewer
 than 3/4 of llm.max_inflight in flight) and a
 latency phase (jobs submitted at half the measured rate; the latency the
 worker adds = outcome event time - job submission time - LLM time from the
@@ -703,6 +704,19 @@ def run_scenario(sc):
         res["rss_per_inflight_kb"] = round((hwm - rss_idle) / max(1, per), 1)
         res["backlog_in_worker_p50_ms"] = round(percentile(in_worker, 50) or 0, 1)
         res["backlog_in_worker_p99_ms"] = round(percentile(in_worker, 99) or 0, 1)
+        # How long a repair waited behind the backlog: from the failed
+        # attempt's end to the next attempt's claim (retry.local runs it at
+        # once; without, it waits for its retry job to come back from Kafka
+        # behind every job of its partition).
+        waits = [parse_rfc3339_ms(recs[k + 1]["started_at"]) - parse_rfc3339_ms(recs[k]["finished_at"])
+                 for _, recs in hist.values() for k in range(len(recs) - 1)
+                 if recs[k].get("finished_at") and recs[k + 1].get("started_at")]
+        if waits:
+            res["repair_wait_p50_ms"] = round(percentile(waits, 50), 1)
+            res["repair_wait_p99_ms"] = round(percentile(waits, 99), 1)
+            log("  %s: in the throughput phase (%.1f s), a repair began p50 %.0f ms, p99 %.0f ms after the "
+                "failed attempt (%d repairs)" % (name, elapsed, res["repair_wait_p50_ms"], res["repair_wait_p99_ms"],
+                                                 len(waits)))
 
         if not res["complete"]:
             log("  %s: throughput phase over its %.0f s budget: %d/%d jobs done; no latency phase" %
