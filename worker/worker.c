@@ -1857,10 +1857,12 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     }
     w->offs = offsets_new();
     w->retry_local = config_get_bool(cfg, "retry.local");
-    /* Sized for the retry jobs of a few rounds of held jobs: one that comes
-     * back later than that (behind a long backlog) costs a Redis round
-     * trip instead, which says the same. */
-    if (w->retry_local && !(w->continued = recent_new(w->max_jobs * 4 > 1024 ? w->max_jobs * 4 : 1024))) {
+    /* Sized for the retry jobs of a few rounds of held jobs (at most 65,536:
+     * its index is allocated whole): one that comes back later than that
+     * (behind a long backlog) costs a Redis round trip instead, which says
+     * the same. */
+    size_t remember = w->max_jobs * 4 < 1024 ? 1024 : w->max_jobs * 4 > 65536 ? 65536 : w->max_jobs * 4;
+    if (w->retry_local && !(w->continued = recent_new(remember))) {
         log_error(NULL, 0, "out of memory");
         goto out;
     }
