@@ -126,6 +126,7 @@ typedef struct wjob {
     int chain_first;         /* retry.local: the first attempt run here after
                               * delivering its retry job (0: none) */
     int superseded;          /* another worker took this attempt over */
+    int set_up;              /* job_setup ran (it holds an inline schema) */
     struct wjob *hnext;      /* in-flight map chain */
     int in_map;
     struct wjob *prev, *next;
@@ -1316,7 +1317,7 @@ static void on_begin(void *ud, const state_reply *r) {
 
 static void job_begin(wjob *j) {
     worker *w = j->w;
-    if (!j->model) job_setup(j); /* not for a message skipped unbegun */
+    if (!j->set_up) job_setup(j); /* not for a message skipped unbegun */
     j->stage = STAGE_BEGIN;
     char seq[24];
     util_ltoa((long long)++w->seq, seq);
@@ -1427,6 +1428,7 @@ static void resolve_schema(wjob *j) {
  * schema. */
 static void job_setup(wjob *j) {
     worker *w = j->w;
+    j->set_up = 1;
     j->model = j->job.model ? j->job.model : w->default_model;
     resolve_schema(j);
     if (!j->job.max_attempts_set && j->os && j->os->max_attempts)
