@@ -296,16 +296,32 @@ static void job_unlink(wjob *j) {
     if (j->next) j->next->prev = j->prev;
 }
 
-static void job_link(wjob *j) {
-    worker *w = j->w;
-    j->prev = NULL;
+/* A job taken now (its message, or the next attempt run here) for
+ * partition and offset, linked into the worker's jobs.  NULL on out of
+ * memory.  Freed through its timer's close (wjob_close_cb). */
+static wjob *wjob_new(worker *w, int32_t partition, int64_t offset, uint64_t epoch) {
+    wjob *j = calloc(1, sizeof(*j));
+    if (!j) return NULL;
+    j->w = w;
+    uv_timer_init(w->loop, &j->timer);
+    j->timer.data = j;
+    j->partition = partition;
+    j->offset = offset;
+    j->epoch = epoch;
+    j->recv_wall = util_wall_ms();
     j->next = w->jobs;
     if (w->jobs) w->jobs->prev = j;
     w->jobs = j;
+    return j;
 }
 
-/* A retry job of an attempt this worker ran to its outcome already, right
- * after delivering it (retry.local): nothing left to do but its offset. */
+/* 1 when j is the retry job of an attempt this worker ran to its outcome
+ * already, right after delivering it (retry.local). */
+static int ran_here(const worker *w, const wjob *j) {
+    return w->continued && j->job.attempt > 1 && recent_covers(w->continued, j->job.job_id, j->job.run, j->job.attempt);
+}
+
+/* Such a retry job (ran_here): nothing left to do but its offset. */
 static void skip_ran_here(wjob *j) {
     worker *w = j->w;
     log_debug(j->job.job_id, j->job.attempt, "retry job of an attempt run here already; skipping");
@@ -334,8 +350,7 @@ static void job_done(wjob *j) {
     for (wjob *d = j->dups, *next; d; d = next) {
         next = d->dup_next;
         d->dup_next = NULL;
-        int covered = last && d->job.run == j->job.run && d->job.attempt >= j->chain_first && d->job.attempt <= last;
-        if (covered) {
+        if (ran_here(w, d)) {
             *ran_tail = d;
             ran_tail = &d->dup_next;
         } else {
@@ -464,7 +479,7 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
 static int continue_here(wjob *j) {
     worker *w = j->w;
     if (!w->retry_local || w->stopping || !j->in_map || !state_connected(w->st)) return -1;
-    wjob *n = calloc(1, sizeof(*n));
+    wjob *n = wjob_new(w, j->partition, j->offset, j->epoch);
     if (!n) return -1;
     char err[512], id[256];
     cJSON *violations = NULL;
@@ -474,19 +489,11 @@ static int continue_here(wjob *j) {
          * on the topic goes the usual way. */
         log_warn(j->job.job_id, j->ev_attempt, "cannot run the retry here (%s); it waits for its retry job", err);
         cJSON_Delete(violations);
-        job_clear(&n->job);
-        free(n);
+        job_unlink(n);
+        uv_close((uv_handle_t *)&n->timer, wjob_close_cb);
         return -1;
     }
-    n->w = w;
-    uv_timer_init(w->loop, &n->timer);
-    n->timer.data = n;
-    n->partition = j->partition;
-    n->offset = j->offset;
-    n->epoch = j->epoch;
-    n->recv_wall = util_wall_ms();
     n->chain_first = j->chain_first ? j->chain_first : n->job.attempt;
-    job_link(n);
     map_del(w, j);
     n->dups = j->dups;
     j->dups = NULL;
@@ -1439,16 +1446,9 @@ static void job_setup(wjob *j) {
 static int on_message(void *ud, const rd_kafka_message_t *msg) {
     worker *w = ud;
     if (w->stopping || w->inflight >= w->max_jobs || !state_connected(w->st)) return 1;
-    wjob *j = calloc(1, sizeof(*j));
+    wjob *j = wjob_new(w, msg->partition, msg->offset, 0);
     if (!j) return 1;
-    j->w = w;
-    uv_timer_init(w->loop, &j->timer);
-    j->timer.data = j;
-    j->partition = msg->partition;
-    j->offset = msg->offset;
-    j->recv_wall = util_wall_ms();
     j->epoch = offsets_add(w->offs, msg->partition, msg->offset);
-    job_link(j);
     w->inflight++;
 
     char err[512], id[256];
@@ -1474,8 +1474,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         produce_outcome(j);
         return 0;
     }
-    if (w->continued && j->job.attempt > 1 &&
-        recent_covers(w->continued, j->job.job_id, j->job.run, j->job.attempt)) {
+    if (ran_here(w, j)) {
         skip_ran_here(j);
         return 0;
     }
