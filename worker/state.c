@@ -54,7 +54,20 @@ static const char script_begin[] = SCRIPT_HEAD
     "  end\n"
     "  return r\n"
     "end\n"
-    "if cur > att then return head('stale', status, cur, pub, tok) end\n"
+    "if cur > att then\n"
+    "  -- retry.local starts attempt att+1 before the retry job of att is\n"
+    "  -- delivered: until 'published' says it was, this message may be all\n"
+    "  -- that is left of the job, and answers as the retry decided\n"
+    "  if cur == att + 1 and pub < att then\n"
+    "    local r = {head('retried', status, att, pub, tok, f[7])}\n"
+    "    local p = '{\"attempt\":' .. att .. ','\n"
+    "    for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do\n"
+    "      if string.sub(v, 1, #p) == p then r[2] = v end\n"
+    "    end\n"
+    "    return r\n"
+    "  end\n"
+    "  return head('stale', status, cur, pub, tok)\n"
+    "end\n"
     "if cur == att and status == 'retrying' then\n"
     "  local r = {head('retried', status, cur, pub, tok, f[7])}\n"
     "  if pub < cur then\n"
@@ -74,10 +87,19 @@ static const char script_begin[] = SCRIPT_HEAD
     "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
     "return head('go', 'running', att, pub, tok)\n";
 
-/* FINISH: records an attempt's outcome, once, if we still own it. */
+/* FINISH: records an attempt's outcome, once, if we still own it.  With
+ * ARGV[9] (retry.local), a retry also claims the next attempt for that
+ * owner in the same write; the reply then reads 'running' and the tokens
+ * so far, as begin's 'go' would. */
 static const char script_finish[] = SCRIPT_HEAD
+    "local function claimed(att)\n"
+    "  local t = redis.call('HMGET', KEYS[1], 'prompt_tokens', 'completion_tokens')\n"
+    "  return head('ok', 'running', att + 1, 0, (tonumber(t[1]) or 0) + (tonumber(t[2]) or 0))\n"
+    "end\n"
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded')\n"
     "local att = tonumber(ARGV[2])\n"
+    "-- sent again after a lost reply: the claim was made\n"
+    "if ARGV[9] ~= '' and f[1] == ARGV[9] and tonumber(f[2]) == att + 1 then return claimed(att) end\n"
     "if f[1] and (f[1] ~= ARGV[1] or tonumber(f[2]) ~= att) then\n"
     "  return head('superseded', f[3] or '', tonumber(f[2]) or 0, 0, 0)\n"
     "end\n"
@@ -102,6 +124,10 @@ static const char script_finish[] = SCRIPT_HEAD
     "redis.call('HSET', KEYS[1], 'status', ARGV[3], 'recorded', att, 'updated', ARGV[5])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
     "redis.call('EXPIRE', KEYS[2], ARGV[6])\n"
+    "if ARGV[3] == 'retrying' and ARGV[9] ~= '' then\n"
+    "  redis.call('HSET', KEYS[1], 'attempt', att + 1, 'status', 'running', 'owner', ARGV[9])\n"
+    "  return claimed(att)\n"
+    "end\n"
     "-- the records before this attempt's (the caller has its own)\n"
     "if ARGV[3] ~= 'retrying' and att > 1 then\n"
     "  local r = {head('ok', ARGV[3], att, 0, 0)}\n"
@@ -783,7 +809,7 @@ int state_begin(state *st, const char *job_id, int run, int attempt, int max_att
 
 int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
                  const char *status, const char *record, size_t record_len, long prompt_tokens,
-                 long completion_tokens, state_cb cb, void *ud) {
+                 long completion_tokens, const char *next_owner, state_cb cb, void *ud) {
     state_op *op = op_new(st, SCRIPT_FINISH, job_id, cb, ud);
     if (!op) return -1;
     if (sbuf_reserve(&op->args, record_len + 512)) {
@@ -801,7 +827,8 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
     int failed = op_add(op, owner, strlen(owner)) || op_addl(op, attempt) ||
                  op_add(op, status, strlen(status)) || op_add(op, record, record_len) ||
                  op_addl(op, util_wall_ms()) || op_addl(op, st->ttl_s) ||
-                 op_addl(op, prompt_tokens) || op_addl(op, completion_tokens);
+                 op_addl(op, prompt_tokens) || op_addl(op, completion_tokens) ||
+                 op_add(op, next_owner ? next_owner : "", next_owner ? strlen(next_owner) : 0);
     return op_submit(st, op, failed);
 }
 

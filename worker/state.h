@@ -39,7 +39,12 @@ typedef enum state_verdict {
     STATE_GO = 0,      /* begin: this attempt is ours, call the LLM */
     STATE_DONE,        /* begin: the job is final or escalated already */
     STATE_STALE,       /* begin: a later attempt exists */
-    STATE_RETRIED,     /* begin: this attempt already produced its retry */
+    STATE_RETRIED,     /* begin: this attempt already produced its retry; also
+                        * when the next attempt is claimed but `published` is
+                        * below this one (its retry job may never have left:
+                        * retry.local starts the next attempt at once).  history:
+                        * this attempt's record, if kept; owner: the later
+                        * attempt's, when one runs */
     STATE_BUSY,        /* begin: the attempt is running on another worker (owner) */
     STATE_SUPERSEDED,  /* finish: another worker took the attempt over */
     STATE_OK,          /* finish / published: written */
@@ -81,10 +86,14 @@ int state_begin(state *st, const char *job_id, int run, int attempt, int max_att
  * attempt's record, record_len bytes.  Unless status is "retrying", the reply's history
  * holds the records of the attempts before this one (NULL for attempt 1):
  * the caller appends the record it has, so the common case of a job done
- * in one attempt reads nothing back. */
+ * in one attempt reads nothing back.  next_owner (NULL: none), with
+ * "retrying": the next attempt is claimed for it in the same write
+ * (retry.local), and the reply says so: status "running", attempt + 1, and
+ * tokens_used as begin's STATE_GO has it.  Sent again after a lost reply
+ * (same arguments), it answers the same. */
 int state_finish(state *st, const char *job_id, const char *batch_id, const char *owner, int attempt,
                  const char *status, const char *record, size_t record_len, long prompt_tokens,
-                 long completion_tokens, state_cb cb, void *ud);
+                 long completion_tokens, const char *next_owner, state_cb cb, void *ud);
 /* A worker process's lease (key PREFIX:worker:{holder}): ttl_ms > 0 holds
  * it for that long, 0 reads it (reply->attempt: 1 held, 0 not), < 0 lets
  * it go.  cb may be NULL. */

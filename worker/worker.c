@@ -78,6 +78,7 @@ typedef struct wjob {
     int schema_invalid;      /* schema_error: the inline schema is broken (not unknown) */
     const char *model;
     char owner[192];
+    char next_owner[192];    /* retry.local: the next attempt's, claimed with this record */
     char other[192];         /* the attempt's owner elsewhere (STAGE_WAIT) */
     char takeover[192];      /* that owner, found gone: begin takes over */
     uint64_t wait_start_ms;  /* loop time the wait began; 0: none */
@@ -126,6 +127,14 @@ typedef struct wjob {
     int chain_first;         /* retry.local: the first attempt run here after
                               * delivering its retry job (0: none) */
     int superseded;          /* another worker took this attempt over */
+    /* retry.local, the next attempt started before this one's retry job
+     * was delivered: the attempt (succ) holds the message's offset, this
+     * one (pred) only waits for the report.  The offset is stored when
+     * both are over: until the retry job is on Kafka, a crash must leave
+     * the message to be delivered again (Redis then answers 'retried'). */
+    struct wjob *pred, *succ;
+    int shadow;              /* the pred: no offset, no map entry */
+    int held;                /* over, waiting for pred's report */
     int set_up;              /* job_setup ran (it holds an inline schema) */
     struct wjob *hnext;      /* in-flight map chain */
     int in_map;
@@ -273,6 +282,8 @@ static void produce_outcome(wjob *j);
 static int cut_harder(wjob *j);
 static void gate_leave(worker *w, long status, long retry_after_ms);
 static void rate_noop(void *ud, const state_reply *r);
+static void new_owner(worker *w, char *owner, size_t size);
+static void job_go(wjob *j, long tokens_used);
 
 static void wjob_close_cb(uv_handle_t *h) {
     wjob *j = h->data;
@@ -334,6 +345,10 @@ static void skip_ran_here(wjob *j) {
  * release duplicates waiting for it, free it. */
 static void job_done(wjob *j) {
     worker *w = j->w;
+    if (j->pred) {
+        j->held = 1; /* shadow_done comes back here */
+        return;
+    }
     j->stage = STAGE_DONE;
     int64_t commit;
     if (offsets_done(w->offs, j->partition, j->epoch, j->offset, &commit) == 1)
@@ -465,20 +480,34 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
     events_headers_init(&j->hdr, type, j->job.job_id, j->job.run, attempt, j->w->source, util_wall_ms());
 }
 
-/* retry.local: the retry job of j is delivered (so it survives this
- * process); the next attempt starts here now, from the same value, rather
- * than when the retry job comes back from Kafka behind its partition's
- * backlog.  The new job takes j's place: its slot, its message (whose
- * offset is stored only when the attempt is over), its map entry and the
- * duplicates parked behind it.  The retry job on the topic is skipped when
- * it comes back here (job_done, on_message), and elsewhere Redis says the
- * attempt is running or done; if this process dies first, whoever reads
- * the retry job takes the attempt over once the lease lapses.  0 = j is
- * gone; -1 = not here (off, shutting down, the retry job came back first
- * and runs already, Redis down): the caller finishes j. */
-static int continue_here(wjob *j) {
+/* retry.local: the next attempt starts here now, from j's retry job,
+ * rather than when the retry job comes back from Kafka behind its
+ * partition's backlog.  The new job takes j's place: its slot, its message
+ * (whose offset is stored only when the attempt is over), its map entry
+ * and the duplicates parked behind it.  The retry job on the topic is
+ * skipped when it comes back here (job_done, on_message), and elsewhere
+ * Redis says the attempt is running or done.
+ *
+ * claimed: j's record claimed the next attempt (may_continue, then
+ * record_attempt) with tokens_used recorded so far, and the retry job is
+ * only produced, not yet delivered (the producer's linger was most of a
+ * repair's added latency).  The attempt starts now; j stays as a shadow
+ * until its report, and the new job's offset waits for it.  If this
+ * process dies before the report, the message comes again and Redis,
+ * seeing the next attempt claimed but this one's retry not published,
+ * answers 'retried': the retry job is produced again from the record (a
+ * second copy, if the first had left, is a duplicate like any other).
+ * Otherwise (not claimed) j's report has come and j goes.  Either way,
+ * whoever reads the retry job takes the attempt over once this process's
+ * lease lapses.
+ *
+ * 0 = done; -1 = not here (off, shutting down, the retry job came back
+ * first and runs already, Redis down, no memory): the caller goes on with
+ * j. */
+static int continue_here(wjob *j, int claimed, long tokens_used) {
     worker *w = j->w;
-    if (!w->retry_local || w->stopping || !j->in_map || !state_connected(w->st)) return -1;
+    /* a claim is run even when shutting down: the drain waits for it */
+    if (!j->in_map || (!claimed && (!w->retry_local || w->stopping || !state_connected(w->st)))) return -1;
     wjob *n = wjob_new(w, j->partition, j->offset, j->epoch);
     if (!n) return -1;
     char err[512], id[256];
@@ -498,12 +527,52 @@ static int continue_here(wjob *j) {
     n->dups = j->dups;
     j->dups = NULL;
     map_put(w, n);
+    /* a report j itself waited for passes to n */
+    n->pred = j->pred;
+    if (n->pred) n->pred->succ = n;
+    j->pred = NULL;
+    w->m.local_retries++;
+    if (claimed) {
+        j->shadow = 1;
+        j->succ = n;
+        n->pred = j;
+        w->inflight++; /* the shadow is held too, until its report */
+        memcpy(n->owner, j->next_owner, sizeof(n->owner));
+        job_setup(n);
+        job_go(n, tokens_used);
+        return 0;
+    }
     j->stage = STAGE_DONE;
     job_unlink(j);
     uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
-    w->m.local_retries++;
     job_begin(n);
     return 0;
+}
+
+/* j may claim its next attempt with its record (continue_here, claimed):
+ * retry.local, and no earlier retry job of the job still waiting for its
+ * report (one shadow a job: the next attempt then starts at this one's
+ * report, which comes after, the retry jobs of a job sharing its key). */
+static int may_continue(const wjob *j) {
+    worker *w = j->w;
+    return w->retry_local && !w->stopping && j->in_map && !j->pred && state_connected(w->st);
+}
+
+/* The shadow's retry job is delivered: it goes, and the attempt after it,
+ * if over, is done now. */
+static void shadow_done(wjob *j) {
+    worker *w = j->w;
+    wjob *n = j->succ;
+    j->stage = STAGE_DONE;
+    job_unlink(j);
+    w->inflight--;
+    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
+    if (n) {
+        n->pred = NULL;
+        if (n->held) job_done(n);
+    }
+    maybe_resume(w);
+    check_drained(w);
 }
 
 static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
@@ -549,7 +618,11 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     j->stage = STAGE_PUBLISHED;
     if (state_published(w->st, j->job.job_id, j->ev_attempt))
         log_warn(j->job.job_id, j->ev_attempt, "out of memory recording the delivered outcome");
-    if (j->ev_type == EVENT_RETRY && continue_here(j) == 0) return;
+    if (j->shadow) {
+        shadow_done(j);
+        return;
+    }
+    if (j->ev_type == EVENT_RETRY && continue_here(j, 0, 0) == 0) return;
     job_done(j);
 }
 
@@ -743,6 +816,15 @@ static void on_finish(void *ud, const state_reply *r) {
     }
     log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
     produce_outcome(j);
+    if (j->action == DECIDE_RETRY && j->next_owner[0]) {
+        if (r->attempt == j->job.attempt + 1 && !strcmp(r->status, "running") &&
+            continue_here(j, 1, r->tokens_used) == 0)
+            return;
+        /* Claimed, but not run here after all (no memory): the retry job's
+         * reader takes the claim over, at once if it is this process. */
+        log_warn(j->job.job_id, j->job.attempt, "attempt %d claimed but not started here; its retry job will",
+                 j->job.attempt + 1);
+    }
 }
 
 /* Appends ,"key": and s[0..len) as a JSON string, or null when s is NULL. */
@@ -832,8 +914,14 @@ static void record_attempt(wjob *j) {
     j->rec = attempt_record(j, &j->rec_len);
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
+    /* retry.local: the next attempt is claimed with the record, one write
+     * (and fsync) fewer a repair.  The owner is chosen once, so that the
+     * call sent again after a lost reply is the same call. */
+    if (j->action == DECIDE_RETRY && !j->next_owner[0] && may_continue(j))
+        new_owner(w, j->next_owner, sizeof(j->next_owner));
     if (!j->rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, j->rec,
-                                j->rec_len, j->ptoks, j->ctoks, on_finish, j)) {
+                                j->rec_len, j->ptoks, j->ctoks, j->next_owner[0] ? j->next_owner : NULL,
+                                on_finish, j)) {
         log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
     }
@@ -1144,6 +1232,8 @@ static void job_abandon(wjob *j) {
     for (wjob *d = j, *next; d; d = next) {
         next = d == j ? j->dups : d->dup_next;
         d->stage = STAGE_DONE;
+        if (d->pred) d->pred->succ = NULL; /* its report comes to nothing */
+        d->pred = NULL;
         if (d->prev) d->prev->next = d->next;
         else w->jobs = d->next;
         if (d->next) d->next->prev = d->prev;
@@ -1161,6 +1251,13 @@ static void begin_retry_timer(uv_timer_t *t) {
         return;
     }
     job_begin(j);
+}
+
+/* A claim's owner: this process's incarnation and a number of its own. */
+static void new_owner(worker *w, char *owner, size_t size) {
+    char seq[24];
+    util_ltoa((long long)++w->seq, seq);
+    util_concat(owner, size, w->incarnation, ":", seq, (char *)NULL);
 }
 
 /* The incarnation part of an owner ("id:nonce:seq"): its length. */
@@ -1229,30 +1326,36 @@ static int owner_elsewhere(wjob *j, const char *owner) {
     return 1;
 }
 
+/* The attempt is claimed (tokens_used recorded over earlier attempts):
+ * call the LLM, unless the job ends before. */
+static void job_go(wjob *j, long tokens_used) {
+    j->start_us = util_mono_us();
+    j->start_wall = util_wall_ms();
+    j->tokens_before = tokens_used;
+    if (j->job.deadline_ms > 0 && j->start_wall >= j->job.deadline_ms) {
+        j->cat = DECIDE_CAT_BUDGET;
+        snprintf(j->error, sizeof(j->error), "deadline passed");
+        conclude(j, -1, -1);
+        return;
+    }
+    if (!j->schema_doc) {
+        j->cat = j->schema_invalid ? DECIDE_CAT_INVALID_SCHEMA : DECIDE_CAT_UNKNOWN_SCHEMA;
+        snprintf(j->error, sizeof(j->error), "%s", j->schema_error);
+        j->violations = cJSON_CreateArray();
+        cJSON_AddItemToArray(j->violations, violation("", j->schema_invalid ? "INVALID_SCHEMA" : "UNKNOWN_SCHEMA",
+                                                      j->schema_error));
+        conclude(j, -1, -1);
+        return;
+    }
+    call_llm(j);
+}
+
 static void on_begin(void *ud, const state_reply *r) {
     wjob *j = ud;
     worker *w = j->w;
     switch (r->verdict) {
     case STATE_GO:
-        j->start_us = util_mono_us();
-        j->start_wall = util_wall_ms();
-        j->tokens_before = r->tokens_used;
-        if (j->job.deadline_ms > 0 && j->start_wall >= j->job.deadline_ms) {
-            j->cat = DECIDE_CAT_BUDGET;
-            snprintf(j->error, sizeof(j->error), "deadline passed");
-            conclude(j, -1, -1);
-            return;
-        }
-        if (!j->schema_doc) {
-            j->cat = j->schema_invalid ? DECIDE_CAT_INVALID_SCHEMA : DECIDE_CAT_UNKNOWN_SCHEMA;
-            snprintf(j->error, sizeof(j->error), "%s", j->schema_error);
-            j->violations = cJSON_CreateArray();
-            cJSON_AddItemToArray(j->violations, violation("", j->schema_invalid ? "INVALID_SCHEMA" : "UNKNOWN_SCHEMA",
-                                                          j->schema_error));
-            conclude(j, -1, -1);
-            return;
-        }
-        call_llm(j);
+        job_go(j, r->tokens_used);
         return;
     case STATE_BUSY:
         if (!owner_elsewhere(j, r->owner)) job_begin(j); /* takes over */
@@ -1326,9 +1429,7 @@ static void job_begin(wjob *j) {
     worker *w = j->w;
     if (!j->set_up) job_setup(j); /* not for a message skipped unbegun */
     j->stage = STAGE_BEGIN;
-    char seq[24];
-    util_ltoa((long long)++w->seq, seq);
-    util_concat(j->owner, sizeof(j->owner), w->incarnation, ":", seq, (char *)NULL);
+    new_owner(w, j->owner, sizeof(j->owner));
     if (state_begin(w->st, j->job.job_id, j->job.run, j->job.attempt, j->job.max_attempts, j->owner,
                     j->job.batch_id, j->takeover[0] ? j->takeover : NULL, on_begin, j))
         uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);

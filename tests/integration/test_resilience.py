@@ -204,35 +204,87 @@ def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     assert stack.stop_worker(w) == 0
 
 
-@pytest.mark.slow
-def test_a_worker_killed_in_an_attempt_it_ran_after_its_retry_job_is_taken_over(stack):
-    """retry.local: the worker runs attempt 2 as soon as the retry job is
-    delivered, with the job's message still uncommitted.  SIGKILLed during
-    that attempt, nothing is lost: the next worker skips the job's message
-    (a later attempt exists), and takes attempt 2 over from the retry job
-    once the dead worker's lease lapses.  One outcome."""
-    w = stack.start_worker("--set", "worker.lease_ms=2000", name="local")
-    jid = uid("local-kill")
+def local_attempt_2(stack, name, *args):
+    """A worker (retry.local, a lease of 2 s) and a job whose attempt 1
+    fails; returns them once attempt 2 has called the LLM (1.5 s a call)."""
+    w = stack.start_worker("--set", "worker.lease_ms=2000", *args, name=name)
+    jid = uid(name + "-kill")
     stack.produce_jobs([job(jid, directive="defect=missing_field until=1 latency_ms=1500")])
     deadline = time.time() + 30
     while time.time() < deadline and not stack.llm_stats()["calls"].get(jid + ":2"):
         time.sleep(0.05)
     assert stack.llm_stats()["calls"].get(jid + ":2") == 1
-    w.kill()
-    w.wait(10)
-    w2 = stack.start_worker(name="next")
+    return w, jid
+
+
+def check_attempt_2_taken_over(stack, jid, dead, name):
+    """After the worker `dead` died in attempt 2 of jid, a worker `name`
+    ends the job: one outcome, attempt 1 paid once, attempt 2 twice (the
+    dead worker's call was lost with it).  Returns the history and that
+    worker's log."""
+    w2 = stack.start_worker(name=name)
     outs = check_exactly_once(stack, [jid])
     (final,) = [m["value"] for m in outs if m["value"]["job_id"] == jid]
     assert final["attempts"] == 2
     calls = stack.llm_stats()["calls"]
-    # attempt 2 paid twice: the dead worker's call was lost with it
     assert calls.get(jid + ":1") == 1 and calls.get(jid + ":2") == 2, calls
     hist = [json.loads(x) for x in stack.redis_client().lrange("retort:job:{%s}:history" % jid, 0, -1)]
-    assert [(h["attempt"], h["worker"]) for h in hist] == [(1, "local"), (2, "next")], hist
-    log = stack.worker_log("next")
+    assert [(h["attempt"], h["worker"]) for h in hist] == [(1, dead), (2, name)], hist
+    log = stack.worker_log(name)
     assert "is gone; taking its attempt over" in log or "taking the attempt over" in log, log[-3000:]
-    assert "stale message (job is at attempt 2" in log, log[-3000:]
     assert stack.stop_worker(w2) == 0
+    return hist, log
+
+
+@pytest.mark.slow
+def test_a_worker_killed_in_an_attempt_it_ran_after_its_retry_job_is_taken_over(stack):
+    """retry.local: the worker runs attempt 2 at once, with the job's message
+    still uncommitted.  SIGKILLed during that attempt, after the retry job
+    was delivered, nothing is lost: the next worker skips the job's message
+    (a later attempt exists), and takes attempt 2 over from the retry job
+    once the dead worker's lease lapses.  One outcome."""
+    w, jid = local_attempt_2(stack, "local")
+    # attempt 2 starts before the retry job's delivery report: kill once it
+    # is delivered and marked (the case before, test_a_worker_killed_before_
+    # its_retry_job_left_loses_nothing)
+    r = stack.redis_client()
+    deadline = time.time() + 10
+    while time.time() < deadline and r.hget("retort:job:{%s}" % jid, "published") != "1":
+        time.sleep(0.01)
+    assert r.hget("retort:job:{%s}" % jid, "published") == "1"
+    assert stack.llm_stats()["calls"].get(jid + ":2") == 1
+    w.kill()
+    w.wait(10)
+    _, log = check_attempt_2_taken_over(stack, jid, "local", "next")
+    assert "stale message (job is at attempt 2" in log, log[-3000:]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_before_its_retry_job_left_loses_nothing(stack):
+    """retry.local starts attempt 2 as soon as attempt 1 is recorded, before
+    its retry job is delivered.  Here the retry job never leaves (a linger
+    of a minute holds it in the producer) and the worker is SIGKILLed in
+    attempt 2: the job's uncommitted message is all that is left.  Redis,
+    seeing attempt 2 claimed but the retry not published, answers
+    'retried' rather than 'stale': the next worker produces the retry job
+    again from attempt 1's record, and takes attempt 2 over once the dead
+    worker's lease lapses.  One outcome; attempt 1 paid once."""
+    w, jid = local_attempt_2(stack, "early", "--set", "kafka.producer.linger.ms=60000")
+    w.kill()
+    w.wait(10)
+    retries = [m for m in stack.consume("retort.jobs") if m["value"] and m["value"].get("job_id") == jid]
+    assert [m["value"].get("attempt", 1) for m in retries] == [1], "the retry job left: the test proves nothing"
+    st = stack.redis_client().hgetall("retort:job:{%s}" % jid)
+    assert (st["attempt"], st["status"], st.get("published", "0")) == ("2", "running", "0"), st
+    assert st["recorded"] == "1" and st["owner"].startswith("early:"), st
+    hist, log = check_attempt_2_taken_over(stack, jid, "early", "after")
+    # the retry job produced again carries attempt 1's repair
+    retries = [m["value"] for m in stack.consume("retort.jobs") if m["value"] and m["value"].get("job_id") == jid]
+    assert [r.get("attempt", 1) for r in retries] == [1, 2], retries
+    refl = retries[1]["reflection"]
+    assert refl["attempt"] == 1 and refl["violations"] and refl["previous_output"], refl
+    assert [v["path"] for v in refl["violations"]] == [v["path"] for v in hist[0]["violations"]], (refl, hist[0])
+    assert "retry already decided; republishing it" in log, log[-3000:]
 
 
 def test_redis_restart_mid_batch(stack):
@@ -377,8 +429,8 @@ def test_broker_errors_lose_nothing(control_stack):
     assert stack.stop_worker(w) == 0
 
 
-@pytest.mark.parametrize("refusals,kept", [(1, 5), (3, None)])
-def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_stack, envelopes, refusals, kept):
+@pytest.mark.parametrize("refusals,kept,local", [(1, 5, False), (3, None, False), (1, 5, True)])
+def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_stack, envelopes, refusals, kept, local):
     """The topic may take less than the producer's message.max.bytes.  A
     retry job Kafka refused as too large was produced again, unchanged,
     every 500 ms for good, holding its partition's commits back.  Now each
@@ -386,10 +438,13 @@ def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_sta
     then 1 violation and no output, then no reflection (a fresh ask).  A
     cut reflection says what it left out, the repair prompt that more
     violations were found than it lists, and the next attempt's record
-    that its repair was cut."""
+    that its repair was cut.  With retry.local on, attempt 2 runs here
+    from the retry job as it was before Kafka saw it: its repair is whole,
+    and only the copy on the topic is cut."""
     stack = control_stack
     port = free_port()
-    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                           "--set", "retry.local=%s" % ("true" if local else "false"))
     jid = uid("retry-big")
     # 8 violations: every required field of the wrong type, and one extra
     answer = {"name": 1, "sku": 2, "price": "a", "currency": 3, "category": 4, "in_stock": 5, "tags": 6, "z": 1}
@@ -419,7 +474,10 @@ def test_a_retry_job_kafka_refuses_as_too_large_is_cut_until_it_goes(control_sta
         assert refl["cut"] == "previous output cut to 1 KiB, 5 violations kept"
         assert refl["prompt"].endswith("- and 3 more problems not listed here") or \
             "- and 3 more problems not listed here\n" in refl["prompt"], refl["prompt"]
-        assert rec2["reflection_cut"] == refl["cut"]
+        if local:
+            assert "reflection_cut" not in rec2, rec2
+        else:
+            assert rec2["reflection_cut"] == refl["cut"]
     log = stack.worker_log(w.name)
     assert log.count("Broker: Message size too large") == refusals, log[-3000:]
     assert "retry job cut to" in log
