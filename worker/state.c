@@ -668,7 +668,10 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
 }
 
 int state_connected(const state *st) { return st->connected; }
-size_t state_pending(const state *st) { return st->pending; }
+/* A batch of marks still to go counts too: a drain that looked only at
+ * the commands sent stopped the loop in the turn of the last delivery,
+ * before its mark went out. */
+size_t state_pending(const state *st) { return st->pending + (st->pub != NULL); }
 
 static void st_close_cb(uv_handle_t *h) {
     state *st = h->data;

@@ -73,6 +73,8 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
 /* Disconnects; pending callbacks are not called.  Accepts NULL. */
 void state_free(state *st);
 int state_connected(const state *st);
+/* Commands sent and not yet answered, plus one for a batch of marks
+ * still to go (state_published). */
 size_t state_pending(const state *st);
 
 /* Every string argument is borrowed and copied.  0 = queued.  run: the
@@ -108,9 +110,9 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, i
 
 /* Notes that the outcome event of attempt was delivered.  No one waits for
  * it: an error is logged here.  The marks of a loop turn go out together
- * (one command per turn, or per 64 marks), so they count in
- * state_pending() only from the end of the turn; a mark still waiting goes
- * out before any other command on its job.  A mark still queued when the
+ * (one command per turn, or per 64 marks; state_pending() counts the
+ * batch still to go as one); a mark still waiting goes out before any
+ * other command on its job.  A mark still queued when the
  * state is freed is dropped (a missing mark only makes a redelivered
  * message produce its outcome again, with the same event id). */
 int state_published(state *st, const char *job_id, int attempt);

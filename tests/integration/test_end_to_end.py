@@ -454,6 +454,40 @@ def test_sigterm_drains_in_flight_jobs(stack):
     assert stack.llm_stats()["requests"] == before
 
 
+def test_sigterm_drains_an_attempt_started_before_its_retry_job_left(stack):
+    """retry.local starts attempt 2 while attempt 1's retry job is still in
+    the producer (here a linger of 3 s keeps it there).  SIGTERM then: the
+    drain waits for attempt 2 and for the retry job's delivery, so both
+    leave, the job's offset is committed, and the next worker redoes
+    nothing."""
+    w = stack.start_worker("--set", "kafka.producer.linger.ms=3000", name="w-linger")
+    jid = uid("drain-shadow")
+    stack.produce_jobs([job(jid, directive="defect=missing_field until=1 latency_ms=500")])
+    deadline = time.time() + 30
+    while time.time() < deadline and not stack.llm_stats()["calls"].get(jid + ":2"):
+        time.sleep(0.05)
+    assert stack.llm_stats()["calls"].get(jid + ":2") == 1
+    r = stack.redis_client()
+    assert r.hget("retort:job:{%s}" % jid, "published") is None, "the retry job left already: the test proves nothing"
+    assert stack.stop_worker(w) == 0
+    assert "; 0 jobs unfinished" in stack.worker_log("w-linger")
+    finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] == jid]
+    assert [f["attempts"] for f in finals] == [2]
+    retries = [m["value"] for m in stack.consume("retort.jobs") if m["value"] and m["value"]["job_id"] == jid]
+    assert [x.get("attempt", 1) for x in retries] == [1, 2]
+    # both deliveries marked before the worker left
+    assert r.hget("retort:job:{%s}" % jid, "published") == "2"
+    # the job's message was committed; the retry job, which came after the
+    # worker stopped consuming, is read and skipped (Redis: final)
+    before = stack.llm_stats()["requests"]
+    w2 = stack.start_worker(name="w-after")
+    time.sleep(6)
+    assert stack.llm_stats()["requests"] == before
+    assert stack.stop_worker(w2) == 0
+    skips = [json.loads(l) for l in stack.worker_log("w-after").splitlines() if "skipping" in l]
+    assert [(x["job_id"], x["attempt"]) for x in skips] == [(jid, 2)], skips
+
+
 def repair_behind_a_backlog(stack, local):
     """One worker with 2 calls in flight; a job that needs one repair,
     then 40 jobs of 150 ms each behind it on its partition.  Returns the number of those
@@ -504,9 +538,8 @@ def repair_behind_a_backlog(stack, local):
 
 def test_a_repair_does_not_wait_behind_the_backlog(stack):
     """retry.local (the default): the worker that decides a retry runs the
-    next attempt as soon as the retry job is delivered, instead of when the
-    retry job comes back from Kafka at the end of its partition, behind
-    every job produced before it.  The retry job still goes to the topic,
+    next attempt at once, instead of when the retry job comes back from
+    Kafka at the end of its partition, behind every job produced before it.  The retry job still goes to the topic,
     and when it comes back it is skipped: one LLM call per attempt."""
     between, ev, hist = repair_behind_a_backlog(stack, True)
     assert between <= 6, "%d of 40 jobs ended between the failed attempt and the repair" % between
