@@ -309,7 +309,7 @@ static void job_unlink(wjob *j) {
 
 /* A job taken now (its message, or the next attempt run here) for
  * partition and offset, linked into the worker's jobs.  NULL on out of
- * memory.  Freed through its timer's close (wjob_close_cb). */
+ * memory.  Freed by wjob_free. */
 static wjob *wjob_new(worker *w, int32_t partition, int64_t offset, uint64_t epoch) {
     wjob *j = calloc(1, sizeof(*j));
     if (!j) return NULL;
@@ -324,6 +324,20 @@ static wjob *wjob_new(worker *w, int32_t partition, int64_t offset, uint64_t epo
     if (w->jobs) w->jobs->prev = j;
     w->jobs = j;
     return j;
+}
+
+/* j leaves: out of the worker's jobs and of its retry.local pairing (the
+ * other side no longer waits for it), freed at its timer's close, which
+ * also stops the timer.  Its slot (w->inflight) is the caller's to settle.
+ * Accepts NULL. */
+static void wjob_free(wjob *j) {
+    if (!j) return;
+    j->stage = STAGE_DONE;
+    if (j->pred) j->pred->succ = NULL;
+    if (j->succ) j->succ->pred = NULL;
+    j->pred = j->succ = NULL;
+    job_unlink(j);
+    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
 }
 
 /* 1 when j is the retry job of an attempt this worker ran to its outcome
@@ -382,9 +396,8 @@ static void job_done(wjob *j) {
         map_put(w, keep);
         job_begin(keep);
     }
-    job_unlink(j);
+    wjob_free(j);
     w->inflight--;
-    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
     for (wjob *d = ran, *next; d; d = next) {
         next = d->dup_next;
         d->dup_next = NULL;
@@ -518,8 +531,7 @@ static int continue_here(wjob *j, int claimed, long tokens_used) {
          * on the topic goes the usual way. */
         log_warn(j->job.job_id, j->ev_attempt, "cannot run the retry here (%s); it waits for its retry job", err);
         cJSON_Delete(violations);
-        job_unlink(n);
-        uv_close((uv_handle_t *)&n->timer, wjob_close_cb);
+        wjob_free(n);
         return -1;
     }
     n->chain_first = j->chain_first ? j->chain_first : n->job.attempt;
@@ -542,9 +554,7 @@ static int continue_here(wjob *j, int claimed, long tokens_used) {
         job_go(n, tokens_used);
         return 0;
     }
-    j->stage = STAGE_DONE;
-    job_unlink(j);
-    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
+    wjob_free(j);
     job_begin(n);
     return 0;
 }
@@ -563,14 +573,9 @@ static int may_continue(const wjob *j) {
 static void shadow_done(wjob *j) {
     worker *w = j->w;
     wjob *n = j->succ;
-    j->stage = STAGE_DONE;
-    job_unlink(j);
+    wjob_free(j); /* n waits no more */
     w->inflight--;
-    uv_close((uv_handle_t *)&j->timer, wjob_close_cb);
-    if (n) {
-        n->pred = NULL;
-        if (n->held) job_done(n);
-    }
+    if (n && n->held) job_done(n);
     maybe_resume(w);
     check_drained(w);
 }
@@ -1231,15 +1236,8 @@ static void job_abandon(wjob *j) {
     map_del(w, j);
     for (wjob *d = j, *next; d; d = next) {
         next = d == j ? j->dups : d->dup_next;
-        d->stage = STAGE_DONE;
-        if (d->pred) d->pred->succ = NULL; /* its report comes to nothing */
-        d->pred = NULL;
-        if (d->prev) d->prev->next = d->next;
-        else w->jobs = d->next;
-        if (d->next) d->next->prev = d->prev;
+        wjob_free(d); /* a shadow's report then comes to nothing */
         w->inflight--;
-        uv_timer_stop(&d->timer);
-        uv_close((uv_handle_t *)&d->timer, wjob_close_cb);
     }
     check_drained(w);
 }
