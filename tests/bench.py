@@ -67,7 +67,7 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_lib import (BUILD, FETCH_WAIT_MS, OUTCOME_PARTITIONING, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
+from bench_lib import (BUILD, FETCH_WAIT_MS, LATENCY_JOBS_TOPIC, OUTCOME_PARTITIONING, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
                        chat_body, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
                        proc_allocator, proc_cpu_s, proc_status_kb, slope)
 from stack import free_port  # noqa: E402
@@ -90,6 +90,16 @@ PARTITIONS = 24
 LATENCY_DUMP = os.environ.get("BENCH_LATENCY_DUMP")
 LATENCY_RATE = float(os.environ.get("BENCH_LATENCY_RATE", "0"))
 LATENCY_FETCH_WAIT_MS = int(os.environ.get("BENCH_LATENCY_FETCH_WAIT_MS", "1"))
+# Each latency turn reads a jobs topic of its own, empty when it starts,
+# with a worker of its own.  librdkafka's mock broker finds a fetch's offset
+# by walking the partition's log from its first message set (rdkafka_mock.c,
+# rd_kafka_mock_msgset_find: "FIXME: Maintain an index"), and a consumer at
+# the end of a partition walks all of it on every fetch.  On retort.jobs,
+# after a throughput phase's 10,000 or more jobs, that walk was 55% of the
+# mock broker's CPU (perf, d_retry30's latency phase) and every turn was
+# slower than the one before.  A real broker seeks by its offset index.
+# BENCH_LATENCY_TOPIC=same measures on retort.jobs, as before.
+LATENCY_TOPIC = os.environ.get("BENCH_LATENCY_TOPIC", "fresh") != "same"
 
 
 def n(count):
@@ -388,13 +398,15 @@ def redis_compact(st, timeout=60):
     raise ScenarioFailed("redis: the AOF rewrite before the latency phase did not end in %d s" % timeout)
 
 
-def latency_phase(st, sc, w, res):
+def latency_phase(st, sc, res, worker_for):
     """Jobs submitted at half the measured rate: the latency the worker adds
     = outcome event time - submission time - LLM time (Redis records).
     With Redis's AOF synced on every write (the default), half the jobs run
     with `appendfsync everysec` set on the running Redis: every job waits
     for two Redis writes, so this pair of figures, measured in turns on one
-    stack, shows what the disk's fsync adds."""
+    stack, shows what the disk's fsync adds.  worker_for(turn) is the
+    worker of a turn (0-3; see run_scenario): a new one, on a jobs topic of
+    its own, with LATENCY_TOPIC."""
     name = sc["name"]
     rate = LATENCY_RATE or max(5.0, res["jobs_per_s"] / 2)
     m = int(min(max(n(400), rate * 8), n(10000)))
@@ -403,15 +415,24 @@ def latency_phase(st, sc, w, res):
     # consumer queue), and a cold start's first few hundred jobs would
     # otherwise make the p99.
     warm_n = max(20, int(rate * 1.5))
-    warm_docs = [job_doc("%s-latwarm-%s-%06d" % (name, RUN, i), i, directive_for(sc, i)) for i in range(warm_n)]
-    st.feed(warm_docs, rate=rate)
-    if wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30),
-                 name + " latency warm-up", w.pid) is None:
-        raise ScenarioFailed("latency warm-up: %d jobs got no outcome" % warm_n)
+    warmed = set()
+
+    def ready(turn):
+        w = worker_for(turn)
+        if w.pid not in warmed:
+            warm_docs = [job_doc("%s-latwarm%d-%s-%06d" % (name, turn, RUN, i), i, directive_for(sc, i))
+                         for i in range(warm_n)]
+            st.feed(warm_docs, rate=rate)
+            if wait_done(st, {d["job_id"] for d in warm_docs}, max(60, warm_n / rate * 3 + 30),
+                         name + " latency warm-up", w.pid) is None:
+                raise ScenarioFailed("latency warm-up: %d jobs got no outcome" % warm_n)
+            warmed.add(w.pid)
+        return w
+
     policy = st.redis_client().config_get("appendfsync").get("appendfsync")
     if policy != "always":
         log("  %s: latency phase, %d jobs at %.0f jobs/s (after %d unmeasured)" % (name, m, rate, warm_n))
-        lat = latency_figures([latency_run(st, sc, w, "lat", rate, m)])
+        lat = latency_figures([latency_run(st, sc, ready(0), "lat", rate, m)])
     else:
         # Four runs of m/2 jobs, always / everysec / everysec / always:
         # the mock broker's cost per fetch grows with its partition logs
@@ -425,6 +446,7 @@ def latency_phase(st, sc, w, res):
         r = st.redis_client()
         runs = {"always": [], "everysec": []}
         for i, mode in enumerate(("always", "everysec", "everysec", "always")):
+            w = ready(i)
             r.config_set("appendfsync", mode)
             try:
                 runs[mode].append(latency_run(st, sc, w, "lat%d" % i, rate, half))
@@ -474,7 +496,7 @@ def latency_run(st, sc, w, tag, rate, m):
     lat_load["redis_aof_rewrites"] = aof1["aof_rewrites"] - aof0["aof_rewrites"]
     lat_load["redis_aof_mb"] = round(aof1["aof_current_size"] / 1e6, 1)
     lat_outs = outcome_table(st, lat_ids)
-    sub = st.topic_timestamps("retort.jobs", lat_ids)
+    sub = st.topic_timestamps(st.jobs_topic, lat_ids)
     lat_hist = st.history(lat_ids)
     added, e2e, llm_ms, nominal_added = [], [], [], []
     by_attempts = {}
@@ -722,15 +744,25 @@ def run_scenario(sc):
             log("  %s: throughput phase over its %.0f s budget: %d/%d jobs done; no latency phase" %
                 (name, BUDGET_S, len(outs), jobs))
         elif not sc.get("no_latency_phase"):
-            if LATENCY_FETCH_WAIT_MS != FETCH_WAIT_MS:
-                # A worker of its own for the latency phase (see
-                # LATENCY_FETCH_WAIT_MS); the throughput worker leaves
-                # first, so the new one gets every partition.
-                st.stop_worker(w, timeout=60)
-                st.workers.remove(w)      # stopped on purpose: wait_done must not take it for dead
-                used.append(st.start_worker(*(sc["args"] + ["--set", "kafka.consumer.fetch.wait.max.ms=%d" %
-                                                            LATENCY_FETCH_WAIT_MS]), name="w-%s-lat" % name))
-            latency_phase(st, sc, used[-1], res)
+            lat_topic = [None]
+
+            def worker_for(turn):
+                """The latency worker of a turn: the throughput worker, when
+                it fits; else a new one (see LATENCY_FETCH_WAIT_MS and
+                LATENCY_TOPIC), started after the one before has left, so
+                that it gets every partition."""
+                topic = "%s%d" % (LATENCY_JOBS_TOPIC, turn) if LATENCY_TOPIC else st.jobs_topic
+                if topic == lat_topic[0] or (LATENCY_FETCH_WAIT_MS == FETCH_WAIT_MS and not LATENCY_TOPIC):
+                    return used[-1]
+                st.stop_worker(used[-1], timeout=60)
+                st.workers.remove(used[-1])   # stopped on purpose: wait_done must not take it for dead
+                st.jobs_topic = lat_topic[0] = topic
+                args = ["--set", "kafka.consumer.fetch.wait.max.ms=%d" % LATENCY_FETCH_WAIT_MS,
+                        "--set", "topics.jobs=%s" % topic]
+                used.append(st.start_worker(*(sc["args"] + args), name="w-%s-lat%d" % (name, turn)))
+                return used[-1]
+
+            latency_phase(st, sc, res, worker_for)
 
         # ---- stop and look at the logs
         rcs = [st.stop_worker(p, timeout=60) for p in used]

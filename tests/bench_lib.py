@@ -34,6 +34,9 @@ JOB_ID_RE = re.compile(rb'"job_id":"([^"]+)"')
 
 # -- building the C floors ----------------------------------------------------
 
+LATENCY_JOBS_TOPIC = "retort.jobs.latency"   # + the turn, 0-3
+
+
 def build_tools():
     """Builds build/bench-curl and build/bench-relay through the Makefile,
     which links them with the worker's allocator (MALLOC)."""
@@ -277,8 +280,12 @@ class BenchStack(Stack):
     feeder (build/bench-relay --produce)."""
 
     def __init__(self, partitions=24, llm_args=()):
-        super().__init__(partitions=partitions, llm_args=llm_args)
+        # A jobs topic for each latency turn (bench.py, LATENCY_TOPIC).
+        super().__init__(partitions=partitions, llm_args=llm_args,
+                         kafka_args=[a for turn in range(4)
+                                     for a in ("--topic", "%s%d:%d" % (LATENCY_JOBS_TOPIC, turn, partitions))])
         self.tails = []
+        self.jobs_topic = "retort.jobs"   # where feed() produces (see bench.py, latency_phase)
         self.done = set()
         self.phase_done = 0
 
@@ -342,12 +349,12 @@ class BenchStack(Stack):
                 f.write(d["job_id"].encode() + b"\x1f" + v + b"\x1e")
 
     def feed(self, docs, rate=0):
-        """Produces jobs to retort.jobs (paced when rate > 0); returns the
+        """Produces jobs to self.jobs_topic (paced when rate > 0); returns the
         feeder's JSON line."""
         path = os.path.join(self.dir, "feed-%d-%s.bin" % (len(docs), docs[0]["job_id"]))
         self.write_jobs(path, docs)
         out = subprocess.run([os.path.join(BUILD, "bench-relay"), "--brokers", self.bootstrap,
-                              "--produce", path, "--out", "retort.jobs", "--rate", str(rate)],
+                              "--produce", path, "--out", self.jobs_topic, "--rate", str(rate)],
                              capture_output=True, text=True, timeout=3600)
         os.unlink(path)
         if out.returncode:

@@ -73,7 +73,7 @@ def _read_line(proc, prefix, timeout=20):
 
 
 class Stack:
-    def __init__(self, partitions=4, llm_args=(), workdir=None, kafka_control=False):
+    def __init__(self, partitions=4, llm_args=(), workdir=None, kafka_control=False, kafka_args=()):
         self.dir = workdir or tempfile.mkdtemp(prefix="retort-test-")
         self.procs = []
         self.workers = []
@@ -81,7 +81,7 @@ class Stack:
         self.start_redis()
         self.kafka = subprocess.Popen(
             [os.path.join(BUILD, "mock-kafka"), "--partitions", str(partitions)] +
-            (["--control"] if kafka_control else []),
+            (["--control"] if kafka_control else []) + list(kafka_args),
             stdin=subprocess.PIPE if kafka_control else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "kafka.log"), "wb"))
         self.procs.append(self.kafka)
