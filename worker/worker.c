@@ -135,6 +135,10 @@ typedef struct wjob {
     struct wjob *pred, *succ;
     int shadow;              /* the pred: no offset, no map entry */
     int held;                /* over, waiting for pred's report */
+    int early;               /* succ started with this record, before its answer */
+    int awaiting;            /* this record is sent, its answer not yet in */
+    int parked;              /* this record waits for pred's answer (early) */
+    int doomed;              /* started early by a record Redis refused: so will it */
     int set_up;              /* job_setup ran (it holds an inline schema) */
     struct wjob *hnext;      /* in-flight map chain */
     int in_map;
@@ -501,10 +505,12 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
  * skipped when it comes back here (job_done, on_message), and elsewhere
  * Redis says the attempt is running or done.
  *
- * claimed: j's record claimed the next attempt (may_continue, then
- * record_attempt) with tokens_used recorded so far, and the retry job is
- * only produced, not yet delivered (the producer's linger was most of a
- * repair's added latency).  The attempt starts now; j stays as a shadow
+ * claimed: j's record claims the next attempt (may_continue, then
+ * record_attempt), with tokens_used recorded so far; the record is sent
+ * and its answer not yet in (the attempt's own record waits for it), and
+ * the retry job is neither produced nor delivered (the producer's linger
+ * was most of a repair's added latency; j produces it at the record's
+ * answer).  The attempt starts now; j stays as a shadow
  * until its report, and the new job's offset waits for it.  If this
  * process dies before the report, the message comes again and Redis,
  * seeing the next attempt claimed but this one's retry not published,
@@ -773,6 +779,7 @@ static int cut_harder(wjob *j) {
 /* ---- Redis: finish ------------------------------------------------------ */
 
 static void finish_retry_timer(uv_timer_t *t);
+static void record_attempt(wjob *j);
 
 /* An attempt's outcome as its record and the final event's summary say. */
 static const char *outcome_name(decide_category cat) {
@@ -789,18 +796,36 @@ static void on_finish(void *ud, const state_reply *r) {
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
         return;
     }
+    j->awaiting = 0;
+    wjob *early = j->early ? j->succ : NULL; /* NULL: gone (abandoned) */
     if (r->verdict == STATE_SUPERSEDED) {
         log_info(j->job.job_id, j->job.attempt,
                  "attempt taken over by another worker (now attempt %d, %s); dropping our result",
                  r->attempt, r->status);
+        j->superseded = 1;
+        if (j->shadow) {
+            /* The attempt started early holds the message: its record,
+             * refused in turn, settles it (counted once, there). */
+            wjob_free(j);
+            w->inflight--;
+            if (early) {
+                early->doomed = 1; /* no attempt after it, then */
+                if (early->parked) {
+                    early->parked = 0;
+                    record_attempt(early);
+                }
+            }
+            maybe_resume(w);
+            check_drained(w);
+            return;
+        }
         w->n_skipped++;
         w->m.jobs[METRICS_SKIPPED]++;
-        j->superseded = 1;
         job_done(j);
         return;
     }
     if (j->action == DECIDE_RETRY) {
-        build_retry(j, j->job.attempt, 0);
+        if (!j->early) build_retry(j, j->job.attempt, 0);
     } else if (j->action == DECIDE_FINAL) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
@@ -821,6 +846,13 @@ static void on_finish(void *ud, const state_reply *r) {
     }
     log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
     produce_outcome(j);
+    if (j->early) {
+        if (early && early->parked) {
+            early->parked = 0;
+            record_attempt(early);
+        }
+        return;
+    }
     if (j->action == DECIDE_RETRY && j->next_owner[0]) {
         if (r->attempt == j->job.attempt + 1 && !strcmp(r->status, "running") &&
             continue_here(j, 1, r->tokens_used) == 0)
@@ -908,6 +940,13 @@ cleanup:
 static void record_attempt(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_FINISH;
+    /* Started before the record that claimed it was answered (early):
+     * this record may go only after that answer, so that Redis judges it
+     * against the claim, whatever came of it. */
+    if (j->pred && j->pred->awaiting) {
+        j->parked = 1;
+        return;
+    }
     w->m.attempts++;
     metrics_observe(&w->m.job_latency, (double)(util_mono_us() - j->start_us) / 1e6);
     const cJSON *v;
@@ -922,13 +961,25 @@ static void record_attempt(wjob *j) {
     /* retry.local: the next attempt is claimed with the record, one write
      * (and fsync) fewer a repair.  The owner is chosen once, so that the
      * call sent again after a lost reply is the same call. */
-    if (j->action == DECIDE_RETRY && !j->next_owner[0] && may_continue(j))
+    if (j->action == DECIDE_RETRY && !j->next_owner[0] && !j->doomed && may_continue(j))
         new_owner(w, j->next_owner, sizeof(j->next_owner));
     if (!j->rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, j->rec,
                                 j->rec_len, j->ptoks, j->ctoks, j->next_owner[0] ? j->next_owner : NULL,
                                 on_finish, j)) {
         log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
+        return;
+    }
+    j->awaiting = 1;
+    /* The next attempt starts now, with the record that claims it on its
+     * way, rather than one fsync'd Redis write later: the claim fails only
+     * if this attempt was taken over (our lease lapsed), and then Redis
+     * refuses the next attempt's record too.  Its tokens so far are what
+     * the record adds to Redis's count.  Sent again after an error, the
+     * record finds it started. */
+    if (j->action == DECIDE_RETRY && j->next_owner[0] && !j->early) {
+        build_retry(j, j->job.attempt, 0);
+        j->early = continue_here(j, 1, j->tokens_before + j->ptoks + j->ctoks) == 0;
     }
 }
 

@@ -204,17 +204,23 @@ def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     assert stack.stop_worker(w) == 0
 
 
-def local_attempt_2(stack, name, *args):
-    """A worker (retry.local, a lease of 2 s) and a job whose attempt 1
-    fails; returns them once attempt 2 has called the LLM (1.5 s a call)."""
-    w = stack.start_worker("--set", "worker.lease_ms=2000", *args, name=name)
-    jid = uid(name + "-kill")
+def repair_at_call(stack, attempt, prefix, *args, name=None):
+    """A worker (retry.local) and a job whose attempt 1 fails; returns them
+    once `attempt` has called the LLM (1.5 s a call)."""
+    w = stack.start_worker(*args, name=name)
+    jid = uid(prefix)
     stack.produce_jobs([job(jid, directive="defect=missing_field until=1 latency_ms=1500")])
+    key = "%s:%d" % (jid, attempt)
     deadline = time.time() + 30
-    while time.time() < deadline and not stack.llm_stats()["calls"].get(jid + ":2"):
-        time.sleep(0.05)
-    assert stack.llm_stats()["calls"].get(jid + ":2") == 1
+    while time.time() < deadline and not stack.llm_stats()["calls"].get(key):
+        time.sleep(0.02)
+    assert stack.llm_stats()["calls"].get(key) == 1
     return w, jid
+
+
+def local_attempt_2(stack, name, *args):
+    """repair_at_call's attempt 2, on a worker with a lease of 2 s."""
+    return repair_at_call(stack, 2, name + "-kill", "--set", "worker.lease_ms=2000", *args, name=name)
 
 
 def check_attempt_2_taken_over(stack, jid, dead, name):
@@ -285,6 +291,75 @@ def test_a_worker_killed_before_its_retry_job_left_loses_nothing(stack):
     assert refl["attempt"] == 1 and refl["violations"] and refl["previous_output"], refl
     assert [v["path"] for v in refl["violations"]] == [v["path"] for v in hist[0]["violations"]], (refl, hist[0])
     assert "retry already decided; republishing it" in log, log[-3000:]
+
+
+def test_a_repair_starts_while_the_record_that_claims_it_is_unanswered(stack):
+    """retry.local: attempt 2 starts as soon as attempt 1's record, which
+    claims attempt 2, is sent, not one fsync'd Redis write later.  Here
+    Redis stops answering (SIGSTOP) while attempt 1 calls the LLM: attempt
+    2 calls the LLM all the same, and its own record waits for the answer to
+    attempt 1's.  Redis back, the job ends final at attempt 2, each attempt
+    paid once."""
+    w, jid = repair_at_call(stack, 1, "unanswered")
+    stack.redis.send_signal(signal.SIGSTOP)
+    try:
+        # under the 5 s after which the worker gives a silent Redis up
+        deadline = time.time() + 3.5
+        while time.time() < deadline and not stack.llm_stats()["calls"].get(jid + ":2"):
+            time.sleep(0.02)
+        called = stack.llm_stats()["calls"].get(jid + ":2")
+    finally:
+        t_cont = time.time()
+        stack.redis.send_signal(signal.SIGCONT)
+    assert called == 1, "attempt 2 waited for Redis's answer to attempt 1's record"
+    outs = check_exactly_once(stack, [jid])
+    (final,) = [m["value"] for m in outs if m["value"]["job_id"] == jid]
+    assert final["attempts"] == 2, final
+    hist = [json.loads(x) for x in stack.redis_client().lrange("retort:job:{%s}:history" % jid, 0, -1)]
+    assert [(h["attempt"], h["decision"]) for h in hist] == [(1, "retry"), (2, "final")], hist
+    started = datetime.datetime.fromisoformat(hist[1]["started_at"].replace("Z", "+00:00")).timestamp()
+    assert started < t_cont, "attempt 2 started %.2f s after Redis answered again" % (started - t_cont)
+    calls = stack.llm_stats()["calls"]
+    assert calls.get(jid + ":1") == 1 and calls.get(jid + ":2") == 1, calls
+    assert stack.stop_worker(w) == 0
+    assert "0 jobs unfinished" in stack.worker_log(w.name)
+
+
+def test_a_repair_started_before_its_attempt_was_refused_is_dropped_too(stack):
+    """The claim that lets attempt 2 start early fails only when attempt 1
+    was taken over meanwhile (this worker's lease lapsed): attempt 1's record
+    is then refused, and so is attempt 2's, which waited for that answer.
+    Nothing comes out of this worker for the job, its message is let go
+    (counted skipped once), its slot and attempt 1's are free again, and the
+    worker goes on.  The cost: attempt 2's call, started early, is paid."""
+    port = free_port()
+    w, jid = repair_at_call(stack, 1, "refused", "--set", "metrics.port=%d" % port,
+                            "--set", "metrics.host=127.0.0.1")
+    # another worker takes attempt 1 over (as after a lapsed lease)
+    r = stack.redis_client()
+    r.hset("retort:job:{%s}" % jid, "owner", "thief:0000beef:1")
+    r.set("retort:worker:{thief:0000beef}", "1", px=60000)
+    deadline = time.time() + 30
+    refused = []
+    while time.time() < deadline and len(refused) < 2:
+        lines = [json.loads(l) for l in stack.worker_log(w.name).splitlines() if l.startswith("{")]
+        refused = [l for l in lines if l.get("job_id") == jid and "taken over by another worker" in l["msg"]]
+        time.sleep(0.05)
+    assert [l["attempt"] for l in refused] == [1, 2], refused
+    assert stack.llm_stats()["calls"].get(jid + ":2") == 1
+    assert r.hgetall("retort:job:{%s}" % jid)["owner"] == "thief:0000beef:1"
+    time.sleep(0.5)
+    samples, _ = scrape_metrics(port)
+    assert samples[("retort_inflight_jobs", ())] == 0, samples
+    assert samples[("retort_jobs_total", (("outcome", "skipped"),))] == 1, samples
+    # the worker goes on
+    other = uid("after")
+    stack.produce_jobs([job(other)])
+    check_exactly_once(stack, [other])
+    assert [m for m in stack.consume("retort.final") + stack.consume("retort.escalations")
+            if m["value"]["job_id"] == jid] == []
+    assert stack.stop_worker(w) == 0
+    assert "0 jobs unfinished" in stack.worker_log(w.name)
 
 
 def test_redis_restart_mid_batch(stack):
