@@ -435,10 +435,10 @@ def latency_phase(st, sc, res, worker_for):
         lat = latency_figures([latency_run(st, sc, ready(0), "lat", rate, m)])
     else:
         # Four runs of m/2 jobs, always / everysec / everysec / always:
-        # the mock broker's cost per fetch grows with its partition logs
-        # (31% of a core in a first run of a_instant, 44% in a second), so
-        # a later run is a little slower whatever Redis does, and this
-        # order gives both settings the same mean position.
+        # whatever still drifts over a phase (on one topic, with
+        # BENCH_LATENCY_TOPIC=same, the mock broker's cost per fetch grows
+        # with its logs: 31% of a core in a first run of a_instant, 44% in
+        # a second), this order gives both settings the same mean position.
         log("  %s: latency phase, %d jobs under each of Redis's appendfsync always and everysec, in four "
             "turns (always / everysec / everysec / always), at %.0f jobs/s (after %d unmeasured)" %
             (name, m, rate, warm_n))

@@ -34,9 +34,6 @@ JOB_ID_RE = re.compile(rb'"job_id":"([^"]+)"')
 
 # -- building the C floors ----------------------------------------------------
 
-LATENCY_JOBS_TOPIC = "retort.jobs.latency"   # + the turn, 0-3
-
-
 def build_tools():
     """Builds build/bench-curl and build/bench-relay through the Makefile,
     which links them with the worker's allocator (MALLOC)."""
@@ -273,6 +270,9 @@ class Tail:
                 self.proc.kill()
         self.out.close()
         self.rf.close()
+
+
+LATENCY_JOBS_TOPIC = "retort.jobs.latency"   # + the turn, 0-3 (bench.py, LATENCY_TOPIC)
 
 
 class BenchStack(Stack):

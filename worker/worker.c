@@ -135,9 +135,8 @@ typedef struct wjob {
     struct wjob *pred, *succ;
     int shadow;              /* the pred: no offset, no map entry */
     int held;                /* over, waiting for pred's report */
-    int early;               /* succ started with this record, before its answer */
     int awaiting;            /* this record is sent, its answer not yet in */
-    int parked;              /* this record waits for pred's answer (early) */
+    int parked;              /* this record waits for pred's answer */
     int doomed;              /* started early by a record Redis refused: so will it */
     int set_up;              /* job_setup ran (it holds an inline schema) */
     struct wjob *hnext;      /* in-flight map chain */
@@ -574,8 +573,8 @@ static int may_continue(const wjob *j) {
     return w->retry_local && !w->stopping && j->in_map && !j->pred && state_connected(w->st);
 }
 
-/* The shadow's retry job is delivered: it goes, and the attempt after it,
- * if over, is done now. */
+/* The shadow's retry job is delivered (or, its claim refused, will never
+ * be produced): it goes, and the attempt after it, if over, is done now. */
 static void shadow_done(wjob *j) {
     worker *w = j->w;
     wjob *n = j->succ;
@@ -781,6 +780,14 @@ static int cut_harder(wjob *j) {
 static void finish_retry_timer(uv_timer_t *t);
 static void record_attempt(wjob *j);
 
+/* The record of the attempt j started (NULL: gone) waited for j's answer:
+ * it goes now. */
+static void record_parked(wjob *n) {
+    if (!n || !n->parked) return;
+    n->parked = 0;
+    record_attempt(n);
+}
+
 /* An attempt's outcome as its record and the final event's summary say. */
 static const char *outcome_name(decide_category cat) {
     return cat == DECIDE_CAT_OK                                                  ? "valid"
@@ -797,26 +804,19 @@ static void on_finish(void *ud, const state_reply *r) {
         return;
     }
     j->awaiting = 0;
-    wjob *early = j->early ? j->succ : NULL; /* NULL: gone (abandoned) */
     if (r->verdict == STATE_SUPERSEDED) {
         log_info(j->job.job_id, j->job.attempt,
                  "attempt taken over by another worker (now attempt %d, %s); dropping our result",
                  r->attempt, r->status);
         j->superseded = 1;
         if (j->shadow) {
-            /* The attempt started early holds the message: its record,
-             * refused in turn, settles it (counted once, there). */
-            wjob_free(j);
-            w->inflight--;
-            if (early) {
-                early->doomed = 1; /* no attempt after it, then */
-                if (early->parked) {
-                    early->parked = 0;
-                    record_attempt(early);
-                }
-            }
-            maybe_resume(w);
-            check_drained(w);
+            /* The attempt it started holds the message: its record,
+             * refused in turn, settles it (counted once, there).  No
+             * retry job comes, so no report: the shadow goes now. */
+            wjob *n = j->succ;
+            if (n) n->doomed = 1; /* no attempt after it, then */
+            shadow_done(j);
+            record_parked(n);
             return;
         }
         w->n_skipped++;
@@ -825,7 +825,7 @@ static void on_finish(void *ud, const state_reply *r) {
         return;
     }
     if (j->action == DECIDE_RETRY) {
-        if (!j->early) build_retry(j, j->job.attempt, 0);
+        if (!j->shadow) build_retry(j, j->job.attempt, 0);
     } else if (j->action == DECIDE_FINAL) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
@@ -846,22 +846,15 @@ static void on_finish(void *ud, const state_reply *r) {
     }
     log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
     produce_outcome(j);
-    if (j->early) {
-        if (early && early->parked) {
-            early->parked = 0;
-            record_attempt(early);
-        }
+    if (j->shadow) {
+        record_parked(j->succ);
         return;
     }
-    if (j->action == DECIDE_RETRY && j->next_owner[0]) {
-        if (r->attempt == j->job.attempt + 1 && !strcmp(r->status, "running") &&
-            continue_here(j, 1, r->tokens_used) == 0)
-            return;
-        /* Claimed, but not run here after all (no memory): the retry job's
-         * reader takes the claim over, at once if it is this process. */
+    /* Claimed, but not started with the record (no memory): the retry
+     * job's reader takes the claim over, at once if it is this process. */
+    if (j->action == DECIDE_RETRY && j->next_owner[0])
         log_warn(j->job.job_id, j->job.attempt, "attempt %d claimed but not started here; its retry job will",
                  j->job.attempt + 1);
-    }
 }
 
 /* Appends ,"key": and s[0..len) as a JSON string, or null when s is NULL. */
@@ -940,7 +933,7 @@ cleanup:
 static void record_attempt(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_FINISH;
-    /* Started before the record that claimed it was answered (early):
+    /* Started before the record that claimed it was answered:
      * this record may go only after that answer, so that Redis judges it
      * against the claim, whatever came of it. */
     if (j->pred && j->pred->awaiting) {
@@ -976,10 +969,10 @@ static void record_attempt(wjob *j) {
      * if this attempt was taken over (our lease lapsed), and then Redis
      * refuses the next attempt's record too.  Its tokens so far are what
      * the record adds to Redis's count.  Sent again after an error, the
-     * record finds it started. */
-    if (j->action == DECIDE_RETRY && j->next_owner[0] && !j->early) {
+     * record finds it started (j is its shadow). */
+    if (j->action == DECIDE_RETRY && j->next_owner[0] && !j->shadow) {
         build_retry(j, j->job.attempt, 0);
-        j->early = continue_here(j, 1, j->tokens_before + j->ptoks + j->ctoks) == 0;
+        continue_here(j, 1, j->tokens_before + j->ptoks + j->ctoks);
     }
 }
 
