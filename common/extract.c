@@ -8,6 +8,14 @@
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
+/* 1 when s[0..len) holds anything but blanks: it stops at the first such
+ * byte, where prose_lines would read the whole answer. */
+static int has_text(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (!is_space(s[i])) return 1;
+    return 0;
+}
+
 /* Counts the non-blank lines of s[0..len). */
 static int prose_lines(const char *s, size_t len) {
     int lines = 0, blank = 1;
@@ -102,7 +110,7 @@ static int from_prose(const char *text, size_t len, cJSON **out, int *nul) {
 
 int extract_json(const char *text, size_t len, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
-    if (!text || !len || prose_lines(text, len) == 0) {
+    if (!text || !has_text(text, len)) {
         snprintf(err, errlen, "the answer is empty; expected a JSON value");
         return -1;
     }

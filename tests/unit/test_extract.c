@@ -126,6 +126,15 @@ static void test_nul_escape(void **s) {
     assert_true(ok("{\"a\":\"\\u0001\"}", "{\"a\":\"\\u0001\"}"));
 }
 
+/* Blanks alone are an empty answer; one character after them is not. */
+static void test_empty(void **s) {
+    (void)s;
+    assert_non_null(strstr(why(" \n\t\r\n  "), "empty"));
+    assert_non_null(strstr(why(""), "empty"));
+    assert_null(strstr(why("          \n   x"), "empty"));
+    assert_true(ok("\n\n   {\"a\":1}  \n", "{\"a\":1}"));
+}
+
 static void test_utf8(void **s) {
     (void)s;
     assert_true(util_utf8_valid("h\xc3\xa9llo", 6));
@@ -137,6 +146,30 @@ static void test_utf8(void **s) {
     assert_int_equal(util_utf8_len("h\xc3\xa9\xf0\x9f\x98\x80", 7), 3);
     /* trimming never splits a code point */
     assert_int_equal(util_utf8_trim("a\xc3\xa9", 3, 2), 1);
+    /* Each sequence at every position of a 40-byte ASCII run: the
+     * eight-bytes-at-a-time skip must stop at each one, and see a
+     * sequence cut by the end of the text. */
+    static const struct {
+        const char *seq;
+        int valid;
+    } seqs[] = {
+        {"\xc3\xa9", 1}, {"\xe2\x82\xac", 1}, {"\xf0\x9f\x98\x80", 1}, {"\x7f", 1},
+        {"\xc0\xaf", 0}, {"\xed\xa0\x80", 0}, {"\x80", 0},              {"\xff", 0},
+        {"\xc3", 0},      {"\xf0\x9f\x98", 0},
+    };
+    for (size_t k = 0; k < sizeof seqs / sizeof seqs[0]; k++) {
+        size_t n = strlen(seqs[k].seq);
+        for (size_t at = 0; at + n <= 40; at++) {
+            char run[40];
+            memset(run, 'a', sizeof run);
+            memcpy(run + at, seqs[k].seq, n);
+            if (util_utf8_valid(run, sizeof run) != seqs[k].valid)
+                fail_msg("sequence %zu at %zu of 40", k, at);
+            /* the text ends right after the sequence */
+            if (util_utf8_valid(run, at + n) != seqs[k].valid)
+                fail_msg("sequence %zu ending a text of %zu", k, at + n);
+        }
+    }
     char *b = util_base64((const unsigned char *)"foob", 4);
     assert_string_equal(b, "Zm9vYg==");
     free(b);
@@ -145,7 +178,7 @@ static void test_utf8(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain), cmocka_unit_test(test_fence), cmocka_unit_test(test_prose),
-        cmocka_unit_test(test_not_json), cmocka_unit_test(test_strict), cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_not_json), cmocka_unit_test(test_strict), cmocka_unit_test(test_utf8), cmocka_unit_test(test_empty),
         cmocka_unit_test(test_nul_escape),
     };
     return cmocka_run_group_tests_name("extract", tests, NULL, NULL);
