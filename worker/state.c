@@ -236,10 +236,15 @@ struct state {
     uint64_t wire_since_ms;             /* last reply, or first send after none */
     int handles;                        /* uv handles not yet closed */
     /* Delivered-outcome marks nobody waits for, sent as one command when
-     * the loop turn ends (pub_flush) or the batch is full. */
+     * the loop turn ends (before_poll) or the batch is full. */
     state_op *pub;
     int pub_att[PUB_BATCH_MAX];         /* the attempts of pub's jobs */
-    uv_prepare_t pub_flush;
+    /* Runs before the loop waits, while marks or commands are due: the
+     * marks go out as one command, then everything hiredis holds is
+     * written (see watch_add_write). */
+    uv_prepare_t before_poll;
+    int write_due;                      /* hiredis holds output to write */
+    int writing;                        /* in before_poll's write */
     state_conn_cb conn_cb;
     void *conn_ud;
     sbuf wire;                          /* the command being sent, in RESP (reused) */
@@ -564,6 +569,7 @@ static void reply_watch_cb(uv_timer_t *t) {
  * connect, when the connect watch did, 2 s later.  watch_poll reads on an
  * error instead: hiredis then finds the error and disconnects at once. */
 static void watch_poll(uv_poll_t *handle, int status, int events);
+static void before_poll_cb(uv_prepare_t *h);
 
 static void watch_set(redisLibuvEvents *p, int events) {
     if (events == p->events) return;
@@ -596,8 +602,21 @@ static void watch_del_read(void *privdata) {
     watch_set(p, p->events & ~UV_READABLE);
 }
 
+/* hiredis asks to watch for room after each command it queues.  The
+ * socket nearly always has room, so watching for it cost a loop wakeup
+ * that only reported room (an epoll_wait returning EPOLLOUT alone: one in
+ * seven in a_instant, strace) and two epoll_ctl per turn.  Once connected,
+ * the turn's commands are written by before_poll instead, and the socket
+ * is watched for room only when a write leaves output behind.  While
+ * connecting, room is how the connect is seen to complete. */
 static void watch_add_write(void *privdata) {
     redisLibuvEvents *p = privdata;
+    state *st = p->context ? p->context->data : NULL;
+    if (st && st->ac == p->context && st->connected && !st->writing) {
+        st->write_due = 1;
+        uv_prepare_start(&st->before_poll, before_poll_cb);
+        return;
+    }
     watch_set(p, p->events | UV_WRITABLE);
 }
 
@@ -660,8 +679,8 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     uv_timer_init(loop, &st->reply_watch);
     st->reply_watch.data = st;
     uv_timer_start(&st->reply_watch, reply_watch_cb, 1000, 1000);
-    uv_prepare_init(loop, &st->pub_flush);
-    st->pub_flush.data = st;
+    uv_prepare_init(loop, &st->before_poll);
+    st->before_poll.data = st;
     st->handles = 4;
     connect_now(st);
     return st;
@@ -693,8 +712,8 @@ void state_free(state *st) {
     }
     op_free(st->pub);
     st->pub = NULL;
-    uv_prepare_stop(&st->pub_flush);
-    uv_close((uv_handle_t *)&st->pub_flush, st_close_cb);
+    uv_prepare_stop(&st->before_poll);
+    uv_close((uv_handle_t *)&st->before_poll, st_close_cb);
     free(st->host);
     free(st->password);
     free(st->prefix);
@@ -840,7 +859,6 @@ static void pub_flush(state *st) {
     state_op *op = st->pub;
     if (!op) return;
     st->pub = NULL;
-    uv_prepare_stop(&st->pub_flush);
     if (!op->nmarks) {
         op_free(op);
         return;
@@ -857,8 +875,22 @@ static void pub_flush(state *st) {
 }
 
 /* Runs once per loop turn, before the loop waits: every mark of the turn
- * goes out in one command. */
-static void pub_flush_cb(uv_prepare_t *h) { pub_flush(h->data); }
+ * goes out in one command, then every command of the turn in one write.
+ * A command queued later in the turn (by a prepare callback that runs
+ * after this one) would wait for the loop's next wakeup: none does. */
+static void before_poll_cb(uv_prepare_t *h) {
+    state *st = h->data;
+    if (st->pub) pub_flush(st);
+    if (st->write_due) {
+        st->write_due = 0;
+        if (st->ac && st->connected) {
+            st->writing = 1;
+            redisAsyncHandleWrite(st->ac); /* what does not fit is watched for room */
+            st->writing = 0;
+        }
+    }
+    if (!st->pub && !st->write_due) uv_prepare_stop(h);
+}
 
 int state_published(state *st, const char *job_id, int attempt) {
     state_op *op = st->pub;
@@ -867,7 +899,7 @@ int state_published(state *st, const char *job_id, int attempt) {
         op->id_off = strlen(st->prefix) + strlen(":job:{");
         op->id_len = strlen(job_id);
         st->pub = op;
-        uv_prepare_start(&st->pub_flush, pub_flush_cb);
+        uv_prepare_start(&st->before_poll, before_poll_cb);
     }
     /* op_add counts an argument; these are keys (the attempts follow) */
     if (op_add_key(op, "job", job_id, "")) return -1;

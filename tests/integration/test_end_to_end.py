@@ -1,6 +1,7 @@
 """End to end: jobs from Kafka through the mock LLM and the schema validator
 to final, retry, escalation and dead-letter events, with state in Redis."""
 import json
+import signal
 import time
 import uuid
 import zlib
@@ -404,6 +405,39 @@ def test_delivered_outcomes_are_marked_in_redis(stack):
     assert all(m == "2" for m in marks.values()), [j for j, m in marks.items() if m != "2"][:10]
     log = stack.worker_log(w.name)
     assert "delivered outcome" not in log, log[-2000:]
+
+
+def test_a_record_larger_than_the_socket_buffer_goes_out_whole(stack):
+    """The worker writes a loop turn's Redis commands before the loop waits,
+    and watches the socket for room only when a write leaves output behind.
+    A record of about 8 MB (an 8,000,000-character answer's value) is sent
+    while Redis is stopped, so it fills the socket: it goes out whole once
+    Redis reads again, and the job ends once.  The lease is long so that no
+    renewal comes to push a remainder out: one left unwatched waits for the
+    5 s reply watch (checked: that control fails here)."""
+    w = stack.start_worker("--set", "worker.lease_ms=60000", "--set", "llm.max_response_bytes=33554432")
+    warm = [uid("warm") for _ in range(20)]
+    stack.produce_jobs([job(j) for j in warm])
+    stack.wait_outcomes(warm)
+    schema = {"type": "object", "required": ["blob"],
+              "properties": {"blob": {"type": "string", "minLength": 8000000}}}
+    jid = uid("big")
+    stack.produce_jobs([job(jid, schema=schema, directive="latency_ms=1500")])
+    time.sleep(0.8)                     # claimed; the LLM answers at 1.5 s
+    stack.redis.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(2.5)                 # the record goes out to a Redis that reads nothing
+    finally:
+        stack.redis.send_signal(signal.SIGCONT)
+    outs = stack.wait_outcomes([jid], timeout=90)
+    assert [m["value"]["job_id"] for m in outs if m["value"]["job_id"] == jid] == [jid]
+    assert stack.stop_worker(w) == 0
+    assert "no reply for" not in stack.worker_log(w.name)
+    r = stack.redis_client()
+    assert r.llen("retort:job:{%s}:history" % jid) == 1
+    rec = json.loads(r.lindex("retort:job:{%s}:history" % jid, -1))
+    assert rec["outcome"] == "valid", rec["outcome"]
+    assert len(rec["value"]["blob"]) == 8000000
 
 
 def test_two_processes_share_a_batch(stack, envelopes):
