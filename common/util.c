@@ -94,18 +94,19 @@ int util_utf8_valid(const char *str, size_t len) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
     while (i < len) {
-        /* Jobs and answers are mostly ASCII: skip it eight bytes at a time
-         * (memcpy: no unaligned or aliased loads). */
-        while (len - i >= 8) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ULL) break;
-            i += 8;
-        }
-        if (i >= len) break;
         unsigned char c = s[i];
         if (c < 0x80) {
+            /* Jobs and answers are mostly ASCII: after an ASCII byte, skip
+             * eight at a time (memcpy: no unaligned or aliased loads).  Not
+             * tried after a multi-byte sequence, so text of CJK runs costs
+             * what the byte loop did. */
             i++;
+            while (len - i >= 8) {
+                uint64_t w;
+                memcpy(&w, s + i, 8);
+                if (w & 0x8080808080808080ULL) break;
+                i += 8;
+            }
             continue;
         }
         size_t need;
