@@ -224,31 +224,38 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
-static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud) {
-    llm_call *call = ud;
-    size_t n = size * nitems;
-    char line[256];
-    if (n >= sizeof(line)) return n;
-    memcpy(line, buf, n);
-    line[n] = '\0';
-    char *colon = strchr(line, ':');
-    if (!colon) {
-        /* A new status line (redirect, 100-continue): forget earlier headers. */
-        if (!strncmp(line, "HTTP/", 5)) {
-            call->retry_after_ms = -1;
-            call->should_retry = -1;
-        }
-        return n;
-    }
-    *colon = '\0';
-    char *v = colon + 1;
+/* The value of a header of the call's last response, trimmed and copied
+ * into buf (cut at its size); NULL when absent.  last: the last of
+ * repeated headers, else the first. */
+static const char *header_value(CURL *easy, const char *name, int last, char *buf, size_t len) {
+    struct curl_header *h;
+    if (curl_easy_header(easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK) return NULL;
+    if (last && h->amount > 1 &&
+        curl_easy_header(easy, name, h->amount - 1, CURLH_HEADER, -1, &h) != CURLHE_OK)
+        return NULL;
+    const char *v = h->value;
     while (*v == ' ' || *v == '\t') v++;
-    char *e = v + strlen(v);
-    while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ')) *--e = '\0';
-    if (!strcasecmp(line, "retry-after-ms")) {
+    size_t n = strlen(v);
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\r' || v[n - 1] == '\n')) n--;
+    if (n >= len) n = len - 1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* retry-after-ms (the last one), else Retry-After (the first: seconds or
+ * an HTTP date), and x-should-retry (the last), of a response that was
+ * not a success.  curl keeps every response's headers for
+ * curl_easy_header, so they are read here, when wanted, rather than
+ * through a callback for every header line of every answer.  Only the
+ * last response counts (a redirect's or a 100-continue's do not). */
+static void read_retry_headers(CURL *easy, llm_call *call) {
+    char v[256];
+    if (header_value(easy, "retry-after-ms", 1, v, sizeof(v))) {
         double ms = strtod(v, NULL);
         if (ms >= 0) call->retry_after_ms = (long)ms;
-    } else if (!strcasecmp(line, "retry-after") && call->retry_after_ms < 0) {
+    }
+    if (call->retry_after_ms < 0 && header_value(easy, "retry-after", 0, v, sizeof(v))) {
         char *end;
         double secs = strtod(v, &end);
         if (end != v && *end == '\0') {
@@ -260,10 +267,9 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud) {
                 call->retry_after_ms = ms > 0 ? ms : 0;
             }
         }
-    } else if (!strcasecmp(line, "x-should-retry")) {
-        call->should_retry = !strcasecmp(v, "true") ? 1 : !strcasecmp(v, "false") ? 0 : -1;
     }
-    return n;
+    if (header_value(easy, "x-should-retry", 1, v, sizeof(v)))
+        call->should_retry = !strcasecmp(v, "true") ? 1 : !strcasecmp(v, "false") ? 0 : -1;
 }
 
 static void call_destroy(llm_call *call) {
@@ -315,8 +321,6 @@ static llm_call *call_new(llm_client *c) {
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->hdr);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
     curl_easy_setopt(e, CURLOPT_PRIVATE, call);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -363,13 +367,12 @@ static void check_done(lane *ln) {
         curl_multi_remove_handle(ln->multi, easy);
         lane_release(c, ln);
         llm_response resp = {0};
-        resp.retry_after_ms = call->retry_after_ms;
-        resp.should_retry = call->should_retry;
         double total = 0;
         curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME, &total);
         resp.latency_ms = total * 1000.0;
         if (code == CURLE_OK) {
             curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &resp.status);
+            if (resp.status < 200 || resp.status > 299) read_retry_headers(easy, call);
             resp.body = call->resp ? call->resp : "";
             resp.body_len = call->resp_len;
         } else {
@@ -378,6 +381,8 @@ static void check_done(lane *ln) {
             if (call->too_large) resp.error = "response larger than llm.max_response_bytes";
             else resp.error = call->errbuf[0] ? call->errbuf : curl_easy_strerror(code);
         }
+        resp.retry_after_ms = call->retry_after_ms;
+        resp.should_retry = call->should_retry;
         call->cb(call->ud, &resp);
         call_release(call);
     }

@@ -251,6 +251,26 @@ def test_transient_errors_retry_in_place(stack):
     assert rec["tries"] == 3
 
 
+@pytest.mark.parametrize("directive,calls,topic,wait_ms", [
+    ("http=500 times=1 should_retry=false", 1, "retort.escalations", None),
+    ("http=400 times=1 should_retry=true", 2, "retort.final", None),
+    ("http=503 times=1 retry_after=2", 2, "retort.final", 2000),
+    ("http=429 times=1 retry_after=60 retry_after_ms=1500", 2, "retort.final", 1500),
+])
+def test_the_servers_retry_headers_are_read(stack, directive, calls, topic, wait_ms):
+    """x-should-retry overrides what the status says (a 500 not retried in
+    place, a 400 retried); Retry-After sets the wait before the call is
+    made again, and retry-after-ms wins over it."""
+    w = stack.start_worker()
+    jid = uid("hdr")
+    stack.produce_jobs([job(jid, directive=directive)])
+    stack.wait_outcomes([jid], timeout=30)
+    assert by_job(stack.consume(topic), jid)
+    assert stack.llm_stats()["calls"]["%s:1" % jid] == calls
+    if wait_ms:
+        assert "again in %d ms" % wait_ms in stack.worker_log(w.name)
+
+
 def test_fenced_and_prose_answers_are_accepted(stack):
     stack.start_worker()
     ids = [uid("fence"), uid("prose")]
