@@ -825,7 +825,9 @@ static void on_finish(void *ud, const state_reply *r) {
         return;
     }
     if (j->action == DECIDE_RETRY) {
-        if (!j->shadow) build_retry(j, j->job.attempt, 0);
+        /* A record that claimed the next attempt built the retry job when
+         * it was sent, whether or not that attempt could start here. */
+        if (!j->next_owner[0]) build_retry(j, j->job.attempt, 0);
     } else if (j->action == DECIDE_FINAL) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
