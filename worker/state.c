@@ -625,6 +625,30 @@ static void watch_del_write(void *privdata) {
     watch_set(p, p->events & ~UV_WRITABLE);
 }
 
+/* The adapter's redisLibuvAttach, with these wrappers' events.  Not the
+ * adapter's own: it sets its cleanup before making the poll handle, and
+ * when that fails (libuv still watching the fd number: EEXIST) the
+ * redisAsyncFree that follows calls the cleanup with NULL, a crash.  Here
+ * the cleanup is set only once the handle exists.  0 = ok. */
+static int watch_attach(redisAsyncContext *ac, uv_loop_t *loop) {
+    if (ac->ev.data) return -1;
+    redisLibuvEvents *p = calloc(1, sizeof(*p));
+    if (!p) return -1;
+    if (uv_poll_init_socket(loop, &p->handle, ac->c.fd) != 0) {
+        free(p);
+        return -1;
+    }
+    p->handle.data = p;
+    p->context = ac;
+    ac->ev.data = p;
+    ac->ev.addRead = watch_add_read;
+    ac->ev.delRead = watch_del_read;
+    ac->ev.addWrite = watch_add_write;
+    ac->ev.delWrite = watch_del_write;
+    ac->ev.cleanup = redisLibuvCleanup; /* stops the handle, frees p once closed */
+    return 0;
+}
+
 static void connect_now(state *st) {
     if (st->closing || st->ac) return;
     redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
@@ -638,17 +662,12 @@ static void connect_now(state *st) {
         schedule_reconnect(st);
         return;
     }
-    if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
+    if (watch_attach(ac, st->loop)) {
         log_warn(NULL, 0, "redis %s:%d: cannot watch the socket; retrying", st->host, st->port);
         redisAsyncFree(ac);
         schedule_reconnect(st);
         return;
     }
-    /* the adapter's handle and cleanup, these wrappers' events */
-    ac->ev.addRead = watch_add_read;
-    ac->ev.delRead = watch_del_read;
-    ac->ev.addWrite = watch_add_write;
-    ac->ev.delWrite = watch_del_write;
     ac->data = st;
     st->ac = ac;
     uv_timer_start(&st->connect_watch, connect_watch_cb, 2000, 0);

@@ -1,5 +1,6 @@
 /* state_format_command writes what hiredis's redisFormatCommandArgv
- * writes, byte for byte, and reuses its buffer. */
+ * writes, byte for byte, and reuses its buffer; a socket that cannot be
+ * watched is given up and tried again, not a crash. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,10 @@
 #include <string.h>
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
 
 #include "state.h"
 
@@ -48,10 +53,68 @@ static void test_format_command(void **s)
     sbuf_free(&b);
 }
 
+static void on_conn(void *ud, int connected)
+{
+    if (connected) uv_stop(ud);
+}
+
+static void give_up(uv_timer_t *t) { uv_stop(t->loop); }
+
+static void stale_cb(uv_poll_t *h, int status, int events)
+{
+    (void)h, (void)status, (void)events;
+}
+
+/* libuv still watching an fd number (a handle left on a closed socket)
+ * makes the next poll handle on that number fail with EEXIST.  hiredis's
+ * libuv adapter set its cleanup before making its handle, so the
+ * redisAsyncFree after that failure called the cleanup with NULL: a crash
+ * on the next Redis connection.  Now the connection is given up and tried
+ * again, and connects once the number is free. */
+static void test_an_fd_libuv_still_watches_is_tried_again(void **s)
+{
+    (void)s;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    /* a listener that never answers: the TCP connect completes in its backlog */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 8), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+    /* the lowest free fd, watched by a handle and then closed under it */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    uv_poll_t stale;
+    assert_int_equal(uv_poll_init_socket(&loop, &stale, fd), 0);
+    assert_int_equal(uv_poll_start(&stale, UV_READABLE, stale_cb), 0);
+    close(fd);
+
+    state_options so = { "127.0.0.1", ntohs(a.sin_port), NULL, 0, "t", 60 };
+    char err[256];
+    state *st = state_new(&loop, &so, on_conn, &loop, err, sizeof err);
+    assert_non_null(st);
+    assert_false(state_connected(st)); /* its socket took fd: not watched, given up */
+
+    uv_close((uv_handle_t *)&stale, NULL);
+    uv_timer_t limit;
+    uv_timer_init(&loop, &limit);
+    uv_timer_start(&limit, give_up, 5000, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_true(state_connected(st)); /* tried again once the number was free */
+
+    state_free(st);
+    uv_close((uv_handle_t *)&limit, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    close(lfd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_command),
+        cmocka_unit_test(test_an_fd_libuv_still_watches_is_tried_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
