@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -80,6 +81,8 @@ typedef struct sock_ctx {
     lane *ln;
     int events;    /* what the poll handle watches now (0: stopped) */
     int watched;   /* curl wants events of this socket */
+    int conn;      /* a connection's socket (open_socket_cb): curl closes
+                      it through close_socket_cb */
 } sock_ctx;
 
 struct llm_client {
@@ -115,7 +118,10 @@ static void poll_cb(uv_poll_t *handle, int status, int events) {
     }
     lane *ln = sc->ln;
     int flags = 0;
-    if (status < 0) flags = CURL_CSELECT_ERR;
+    if (status < 0) {
+        flags = CURL_CSELECT_ERR;
+        sc->events = 0; /* libuv stopped the handle: started again if curl asks */
+    }
     if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
     if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
     int running;
@@ -125,12 +131,58 @@ static void poll_cb(uv_poll_t *handle, int status, int events) {
 
 static void sock_close_cb(uv_handle_t *h) { free(h->data); }
 
+/* The poll handle of fd, made if there is none.  NULL on error. */
+static sock_ctx *sock_get(llm_client *c, curl_socket_t fd) {
+    if (fd < 0) return NULL;
+    if ((size_t)fd >= c->socks_cap) {
+        size_t cap = c->socks_cap ? c->socks_cap : 256;
+        while (cap <= (size_t)fd) cap *= 2;
+        sock_ctx **socks = realloc(c->socks, cap * sizeof(*socks));
+        if (!socks) return NULL;
+        memset(socks + c->socks_cap, 0, (cap - c->socks_cap) * sizeof(*socks));
+        c->socks = socks;
+        c->socks_cap = cap;
+    }
+    sock_ctx *sc = c->socks[fd];
+    if (!sc) {
+        sc = calloc(1, sizeof(*sc));
+        if (!sc) return NULL;
+        sc->fd = fd;
+        if (uv_poll_init_socket(c->loop, &sc->poll, fd) != 0) {
+            free(sc);
+            return NULL;
+        }
+        sc->poll.data = sc;
+        c->socks[fd] = sc;
+    }
+    return sc;
+}
+
+/* Stops watching fd for good: libuv must not watch a closed fd, whose
+ * number the next socket (ours, hiredis's, the HTTP server's) may take. */
+static void sock_drop(llm_client *c, curl_socket_t fd) {
+    if (fd >= 0 && (size_t)fd < c->socks_cap && c->socks[fd]) {
+        uv_close((uv_handle_t *)&c->socks[fd]->poll, sock_close_cb);
+        c->socks[fd] = NULL;
+    }
+}
+
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
     lane *ln = userp;
     llm_client *c = ln->client;
     sock_ctx *sc = socketp;
     if (what == CURL_POLL_REMOVE) {
-        /* Kept until curl closes the socket, still watching for input. */
+        if (sc && !sc->conn) {
+            /* Not a connection's (the threaded resolver's socketpair):
+             * curl closes it right after this, without close_socket_cb.
+             * Left watched, its stale handle kept the fd number: a new
+             * Redis connection on it could not be watched (EEXIST), and
+             * an HTTP client accepted on it got its events taken. */
+            sock_drop(c, fd);
+            return 0;
+        }
+        /* A connection's: kept until curl closes the socket (it may be
+         * reused by the next call), still watching for input. */
         if (sc) {
             sc->watched = 0;
             if (sc->events & UV_WRITABLE) {
@@ -141,28 +193,7 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         return 0;
     }
     if (!sc) {
-        if (fd < 0) return -1;
-        if ((size_t)fd >= c->socks_cap) {
-            size_t cap = c->socks_cap ? c->socks_cap : 256;
-            while (cap <= (size_t)fd) cap *= 2;
-            sock_ctx **socks = realloc(c->socks, cap * sizeof(*socks));
-            if (!socks) return -1;
-            memset(socks + c->socks_cap, 0, (cap - c->socks_cap) * sizeof(*socks));
-            c->socks = socks;
-            c->socks_cap = cap;
-        }
-        sc = c->socks[fd];
-        if (!sc) {
-            sc = calloc(1, sizeof(*sc));
-            if (!sc) return -1;
-            sc->fd = fd;
-            if (uv_poll_init_socket(c->loop, &sc->poll, fd) != 0) {
-                free(sc);
-                return -1;
-            }
-            sc->poll.data = sc;
-            c->socks[fd] = sc;
-        }
+        if (!(sc = sock_get(c, fd))) return -1;
         sc->ln = ln;
         curl_multi_assign(ln->multi, fd, sc);
     }
@@ -177,14 +208,26 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
     return 0;
 }
 
+/* curl opens a connection's socket: marked, so that its handle is kept
+ * between calls (close_socket_cb ends it). */
+static curl_socket_t open_socket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *address) {
+    llm_client *c = clientp;
+    (void)purpose;
+    curl_socket_t fd = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+    if (fd < 0) return CURL_SOCKET_BAD;
+    sock_ctx *sc = sock_get(c, fd);
+    if (!sc) {
+        close(fd);
+        return CURL_SOCKET_BAD;
+    }
+    sc->conn = 1;
+    return fd;
+}
+
 /* curl closes a socket: its poll handle goes first (libuv must not watch
  * a closed fd, whose number the next socket may take). */
 static int close_socket_cb(void *clientp, curl_socket_t fd) {
-    llm_client *c = clientp;
-    if (fd >= 0 && (size_t)fd < c->socks_cap && c->socks[fd]) {
-        uv_close((uv_handle_t *)&c->socks[fd]->poll, sock_close_cb);
-        c->socks[fd] = NULL;
-    }
+    sock_drop(clientp, fd);
     return close(fd) ? 1 : 0;
 }
 
@@ -341,6 +384,8 @@ static llm_call *call_new(llm_client *c) {
      * a longer answer takes a few more reads. */
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
     if (c->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, c);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, c);
     return call;

@@ -735,6 +735,61 @@ def test_llm_server_closing_idle_connections(stack):
     assert w.poll() is None
 
 
+def test_llm_hosts_given_by_name(stack):
+    """An LLM base URL with a host name goes through curl's threaded
+    resolver, whose socketpair is watched while a lookup runs and closed by
+    curl without the close callback.  Its poll handle was kept (as a
+    connection's is) on the fd number; after a lookup that failed (no
+    connection took the number over), an HTTP client of /metrics accepted
+    on that number had its events taken, and its scrape hung (the control:
+    a scrape timed out); a new Redis connection on it could not have been
+    watched (EEXIST, then a crash: test_state.c), nor the next lookup's
+    socketpair armed.  A name that resolves: calls work.  One that cannot
+    (a label over 63 bytes fails inside getaddrinfo, with no DNS query):
+    every try fails at once, and /metrics and a Redis restart are fine
+    after."""
+    host = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        addr = None
+    prefix = uid("byname")
+    if addr == "127.0.0.1":
+        url = stack.llm_url.replace("127.0.0.1", host)
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.max_inflight=24", name="byname")
+        ids = ["%s-ok-%d" % (prefix, i) for i in range(48)]
+        stack.produce_jobs([job(j, directive="latency_ms=200") for j in ids])
+        outs = check_exactly_once(stack, ids)
+        assert all(m["headers"]["ce_type"].endswith("final") for m in outs if m["value"]["job_id"] in ids)
+        assert stack.stop_worker(w) == 0
+    bad = stack.llm_url.replace("127.0.0.1", "a" * 70 + ".invalid")
+    port = free_port()
+    w = stack.start_worker("--set", "llm.base_url=%s/v1" % bad, "--set", "llm.max_transient_retries=3",
+                           "--set", "llm.connect_timeout_ms=2000", "--set", "llm.max_inflight=4",
+                           "--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1", name="noname")
+    ids = ["%s-bad-%d" % (prefix, i) for i in range(6)]
+    stack.produce_jobs([job(j) for j in ids])
+    check_exactly_once(stack, ids)
+    log = stack.worker_log("noname")
+    assert "Could not resolve host" in log
+    timed = [l for l in log.splitlines() if "timed out" in l.lower()]
+    assert not timed, timed[:3]
+    for i in range(30):
+        scrape_metrics(port)   # each within its 5 s timeout
+    stack.stop_redis()
+    time.sleep(1)
+    stack.start_redis()
+    stack._wait_redis()
+    deadline = time.time() + 20
+    while stack.worker_log("noname").count('connected"') < 2:
+        assert w.poll() is None, "the worker died (%s)" % w.returncode
+        assert time.time() < deadline, "no new Redis connection"
+        time.sleep(0.1)
+    for i in range(30):
+        scrape_metrics(port)
+    assert stack.stop_worker(w) == 0
+
+
 def test_close_is_bounded_when_the_broker_stops_answering(stack):
     """SIGTERM while the broker is frozen: closing the consumer (final
     commit, group leave) would wait for socket.timeout.ms (60 s) or, on a
