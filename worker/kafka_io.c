@@ -183,7 +183,13 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         log_info(NULL, 0, "assigned %d partition(s)", parts->cnt);
         if (cooperative) rd_kafka_incremental_assign(rk, parts);
         else rd_kafka_assign(rk, parts);
+        /* Both ways, explicitly: librdkafka (2.0) keeps a partition's
+         * pause across a revoke and a later assign, and kafka_io_resume
+         * resumes only what is assigned then.  A partition revoked while
+         * paused (Redis down) and assigned back after the resume would
+         * otherwise never be fetched again. */
         if (k->paused || k->hold_paused) rd_kafka_pause_partitions(rk, parts);
+        else rd_kafka_resume_partitions(rk, parts);
     } else {
         log_info(NULL, 0, "revoked %d partition(s)%s", parts->cnt,
                  rd_kafka_assignment_lost(rk) ? " (lost)" : "");
@@ -569,7 +575,11 @@ void kafka_io_pause(kafka_io *k) {
 void kafka_io_resume(kafka_io *k) {
     if (!k->paused || k->stopped) return;
     k->paused = 0;
-    if (k->assignment && k->assignment->cnt) rd_kafka_resume_partitions(k->consumer, k->assignment);
+    /* Still full after a long hold (keepalive_cb): fetching resumes when
+     * the held messages are taken (kafka_io_poll), or every keepalive
+     * would move another queue's worth of messages into the held array. */
+    if (!k->hold_paused && k->assignment && k->assignment->cnt)
+        rd_kafka_resume_partitions(k->consumer, k->assignment);
 }
 
 int kafka_io_paused(const kafka_io *k) { return k->paused; }

@@ -116,6 +116,80 @@ def test_full_for_longer_than_max_poll_interval_stays_in_group(stack):
     assert stack.stop_worker(w) == 0
 
 
+def _wait_log(stack, name, text, count=1, timeout=30):
+    """Waits until text is in the worker's log count times."""
+    deadline = time.time() + timeout
+    while stack.worker_log(name).count(text) < count:
+        assert time.time() < deadline, "waited for %r (x%d) in %s's log" % (text, count, name)
+        time.sleep(0.1)
+
+
+def test_a_partition_revoked_while_paused_is_fetched_when_assigned_back(stack):
+    """librdkafka keeps a partition's pause across a revoke and a later
+    assign.  a pauses its four partitions when Redis goes away; b joins and
+    takes two of them; Redis comes back and a resumes the two it holds; b
+    leaves and a is assigned all four again: the two it held while Redis was
+    away must be fetched too (they were not: their jobs waited forever)."""
+    prefix = "repause-%s" % uuid.uuid4().hex[:6]
+    a = stack.start_worker(name="a")
+    warm = ["%s-warm-%d" % (prefix, i) for i in range(8)]
+    stack.produce_jobs([job(j) for j in warm])
+    check_exactly_once(stack, warm)
+    stack.stop_redis()
+    _wait_log(stack, "a", "redis unavailable")
+    b = stack.start_worker(name="b")
+    _wait_log(stack, "b", "assigned 2 partition(s)")
+    _wait_log(stack, "a", "assigned 2 partition(s)")
+    stack.start_redis()
+    stack._wait_redis()
+    _wait_log(stack, "a", 'connected"', count=2)
+    assert stack.stop_worker(b) == 0
+    _wait_log(stack, "a", "assigned 4 partition(s)", count=2)
+    # 40 jobs over four partitions: some on each of the two a got back
+    ids = ["%s-%d" % (prefix, i) for i in range(40)]
+    stack.produce_jobs([job(j) for j in ids])
+    stack.wait_outcomes(ids, timeout=45)
+    check_exactly_once(stack, ids)
+    assert stack.stop_worker(a) == 0
+
+
+def _rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_redis_coming_back_during_a_long_hold_does_not_resume_fetching(stack):
+    """Full for longer than a keepalive (a third of max.poll.interval.ms),
+    the worker pauses fetching and keeps what was already queued as held
+    messages.  Redis going away and coming back meanwhile must leave the
+    partitions paused while messages are still held.  Resumed, they fetched
+    again, and every keepalive moved what had come into the held messages,
+    past librdkafka's own bound on what it queues: 6 MB of jobs produced
+    after the blip, and the worker's RSS grew by as much in seconds."""
+    w = stack.start_worker("--set", "llm.max_inflight=2", "--set", "llm.timeout_ms=60000",
+                           "--set", "kafka.consumer.max.poll.interval.ms=6000", name="hold")
+    prefix = "hold-%s" % uuid.uuid4().hex[:6]
+    stack.produce_jobs([job("%s-a-%d" % (prefix, i), directive="latency_ms=50000") for i in range(20)])
+    _wait_log(stack, "hold", "pausing fetch while waiting", timeout=40)
+    stack.stop_redis()
+    _wait_log(stack, "hold", "redis unavailable")
+    stack.start_redis()
+    stack._wait_redis()
+    _wait_log(stack, "hold", 'connected"', count=2)
+    time.sleep(1)
+    rss0 = _rss_kb(w.pid)
+    pad = "x" * 2000
+    stack.produce_jobs([job("%s-b-%d" % (prefix, i), prompt="Describe a product. " + pad,
+                            directive="latency_ms=50000") for i in range(3000)])
+    time.sleep(7)   # three keepalives
+    grown = _rss_kb(w.pid) - rss0
+    stack.stop_worker(w, signal.SIGKILL)
+    assert grown < 2000, "RSS grew by %d KB while holding" % grown
+
+
 def test_hundreds_of_calls_in_flight_in_one_process(stack):
     """600 slow calls at once from one worker: more than one curl lane (64
     calls each) is busy at the same time, and every job still gets exactly
