@@ -139,11 +139,15 @@ static const char script_finish[] = SCRIPT_HEAD
 /* RATE: two token buckets (requests, tokens) per endpoint and model,
  * shared by every worker.  Each holds at most one second's worth of its
  * per-minute limit, so bursts stay short.  Takes `cost` tokens and one
- * request, or returns how long to wait; ARGV[5] < 0 only adjusts the token
- * bucket by the difference between a call's estimate and its usage. */
+ * request, or returns how long to wait; ARGV[4] < 0 only adjusts the token
+ * bucket by the difference between a call's estimate and its usage.
+ * The buckets refill by Redis's clock, not the callers': with the callers'
+ * own, a machine whose clock was ahead saw the time since a slower one's
+ * write as a full refill on every call, and took the whole limit. */
 static const char script_rate[] = SCRIPT_HEAD
-    "local now = tonumber(ARGV[1])\n"
-    "local rpm, tpm, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local tm = redis.call('TIME')\n"
+    "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
+    "local rpm, tpm, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
     "local f = redis.call('HMGET', KEYS[1], 'r', 't', 'ts')\n"
     "local rcap, tcap = math.max(1, rpm / 60), math.max(1, tpm / 60)\n"
     "local r = tonumber(f[1]) or rcap\n"
@@ -153,7 +157,7 @@ static const char script_rate[] = SCRIPT_HEAD
     "r = math.min(rcap, r + dt * rpm / 60000)\n"
     "t = math.min(tcap, t + dt * tpm / 60000)\n"
     "local wait = 0\n"
-    "if tonumber(ARGV[5]) < 0 then\n"
+    "if tonumber(ARGV[4]) < 0 then\n"
     "  t = math.min(tcap, t - cost)\n"
     "else\n"
     "  if rpm > 0 and r < 1 then wait = math.max(wait, math.ceil((1 - r) * 60000 / rpm)) end\n"
@@ -953,7 +957,7 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, i
                state_cb cb, void *ud) {
     state_op *op = op_new_one_key(st, SCRIPT_RATE, "rate", endpoint, cb, ud);
     if (!op) return -1;
-    int failed = op_addl(op, util_wall_ms()) || op_addl(op, rpm) ||
+    int failed = op_addl(op, rpm) ||
                  op_addl(op, tpm) || op_addl(op, cost) || op_addl(op, adjust_only ? -1 : 1);
     return op_submit(st, op, failed);
 }

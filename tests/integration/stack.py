@@ -157,13 +157,14 @@ class Stack:
         raise RuntimeError("redis-server did not start")
 
     # -- workers ---------------------------------------------------------
-    def start_worker(self, *args, name=None):
+    def start_worker(self, *args, name=None, env=None):
+        """env: variables added to the worker's environment."""
         name = name or "w%d" % len(self.workers)
         log = open(os.path.join(self.dir, name + ".log"), "ab")
         p = subprocess.Popen(
             [os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort")), "worker", "-c", self.config_path,
              "--set", "worker.id=%s" % name] + list(args),
-            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret"))
+            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret", **(env or {})))
         p.name = name
         self.workers.append(p)
         return p

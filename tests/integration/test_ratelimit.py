@@ -2,6 +2,9 @@
 AIMD concurrency on 429."""
 import datetime
 import json
+import os
+import subprocess
+import time
 import uuid
 
 from stack import job
@@ -36,3 +39,79 @@ def test_429_lowers_concurrency_and_retry_after_pauses(stack):
     assert "concurrency limit 16 -> 8" in log
     calls = stack.llm_stats()["calls"]
     assert all(calls["%s:1" % j] == 2 for j in ids)
+
+
+def _history(stack, ids):
+    r = stack.redis_client()
+    return [json.loads(x) for j in ids for x in r.lrange("retort:job:{%s}:history" % j, 0, -1)]
+
+
+def _wall(stamp):
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_tpm_is_shared_by_all_processes(stack):
+    """ratelimit.tpm over two processes: the calls' real token usage (the
+    records') cannot have been spent faster than the limit, past one
+    second's worth of burst.  A call is let in on its estimate and settled
+    against its usage after, so a call's usage is allowed as slack."""
+    tpm = 6000   # 100 tokens a second, a burst of 100
+    sup = stack.start_worker("--processes", "2", "--set", "ratelimit.tpm=%d" % tpm)
+    ids = ["tpm-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(16)]
+    stack.produce_jobs([job(j) for j in ids])
+    outs = stack.wait_outcomes(ids, timeout=90)
+    assert len(outs) == 16
+    recs = _history(stack, ids)
+    assert len(recs) == 16
+    used = [r["usage"]["total_tokens"] for r in recs]
+    assert min(used) > 0
+    times = sorted(_wall(r["finished_at"]) for r in recs)
+    per_s = tpm / 60.0
+    # all but the last call's tokens were spent within the span, less the burst
+    floor = (sum(used) - max(used) - per_s - 2 * max(used)) / per_s
+    assert floor > 3, (used, floor)   # the check means something
+    assert times[-1] - times[0] >= floor, (times[-1] - times[0], floor, used)
+    assert stack.redis_client().exists("retort:rate:{%s/v1|mock-1}" % stack.llm_url)
+    assert stack.stop_worker(sup) == 0
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_buckets_refill_by_redis_clock(stack, tmp_path):
+    """Two workers sharing rpm=240 (4 a second, a burst of 4), one of them
+    with its wall clock an hour ahead (tests/fake_clock.c, preloaded).
+    With the buckets refilled by the callers' clocks, the one ahead read
+    the time since the other's last write as an hour, a full bucket on
+    every call: it made 23 calls in 1.4 s, 31 of the 48 within two
+    seconds.  By Redis's clock no two seconds hold more than 4 + 2 x 4,
+    and the 48 calls take at least (48 - 4) / 4 = 11 s."""
+    shim = str(tmp_path / "fake_clock.so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, os.path.join(REPO, "tests", "fake_clock.c"), "-ldl"],
+                   check=True)
+    args = ("--set", "ratelimit.rpm=240", "--set", "llm.max_inflight=64")
+    now = stack.start_worker(*args, name="clock-now")
+    ahead = stack.start_worker(*args, name="clock-ahead",
+                               env={"LD_PRELOAD": shim, "FAKE_CLOCK_OFFSET_S": "3600"})
+    deadline = time.time() + 30
+    while not all("assigned 2 partition(s)" in stack.worker_log(n) for n in ("clock-now", "clock-ahead")):
+        assert time.time() < deadline, "the two workers did not split the partitions"
+        time.sleep(0.1)
+    stamp = stack.worker_log("clock-ahead").split('"ts":"', 1)[1].split('"', 1)[0]
+    assert _wall(stamp) - time.time() > 3000, "the clock of clock-ahead is not ahead"
+    ids = ["clock-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(48)]
+    t0 = time.time()
+    stack.produce_jobs([job(j) for j in ids])
+    outs = stack.wait_outcomes(ids, timeout=90)
+    took = time.time() - t0
+    assert len(outs) == 48
+    recs = _history(stack, ids)
+    by = {r["worker"] for r in recs}
+    assert by == {"clock-now", "clock-ahead"}, by
+    # the calls' times by one clock (the answer's, in each record)
+    calls = sorted(_wall(r["finished_at"]) - (3600 if r["worker"] == "clock-ahead" else 0) for r in recs)
+    busiest = max(sum(1 for c in calls if t <= c < t + 2.0) for t in calls)
+    assert busiest <= 4 + 2 * 4 + 1, busiest   # a burst, two seconds' refill, a stamp's jitter
+    assert took >= 10.5, took
+    assert stack.stop_worker(now) == 0
+    assert stack.stop_worker(ahead) == 0
