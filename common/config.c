@@ -52,8 +52,8 @@ static const cfg_def cfg_defs[] = {
     I("llm.backoff_base_ms", "500", 1, 600000, "first backoff of a transient retry (doubles, with jitter)"),
     I("llm.backoff_max_ms", "30000", 1, 3600000, "cap on one backoff, Retry-After included"),
     B("llm.aimd", "true", "halve the concurrency limit on 429 (at most once a second), grow it by one per round of successes"),
-    I("ratelimit.rpm", "0", 0, 100000000, "requests per minute to llm.base_url + llm.model, shared by every worker through Redis (0: none)"),
-    I("ratelimit.tpm", "0", 0, 1000000000, "tokens per minute, likewise (estimated before a call, settled after)"),
+    I("ratelimit.rpm", "0", 0, 100000000, "requests per minute to llm.base_url for each model (a job's own, or llm.model), shared by every worker through Redis (0: none); ratelimit.<model>.rpm sets one model's"),
+    I("ratelimit.tpm", "0", 0, 1000000000, "tokens per minute, likewise (estimated before a call, settled after); ratelimit.<model>.tpm sets one model's"),
     I("retry.max_attempts", "3", 1, 100, "attempts per job, the first included, when a job says nothing"),
     I("retry.max_attempts_ceiling", "10", 1, 100, "upper bound on a job's own max_attempts"),
     S("retry.critical_codes", "REFUSAL,CONTENT_FILTER,UNKNOWN_SCHEMA,AUTH,BAD_REQUEST,CONTEXT_LENGTH", "codes and categories that escalate at once"),
@@ -187,6 +187,24 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
             return -1;
         }
         return put(cfg, key, value);
+    }
+    if (strncmp(key, "ratelimit.", 10) == 0 && !find_def(key)) {
+        /* ratelimit.MODEL.rpm / ratelimit.MODEL.tpm: one model's limits
+         * (a model's name may hold dots: the suffix says which limit) */
+        size_t n = strlen(key);
+        int ok = n > 14 && (!strcmp(key + n - 4, ".rpm") || !strcmp(key + n - 4, ".tpm"));
+        char *end;
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (!ok || errno || end == value || *end || v < 0 || v > 1000000000) {
+            snprintf(err, errlen, "config key '%s': expected ratelimit.MODEL.rpm or .tpm = a whole number from 0", key);
+            return -1;
+        }
+        if (put(cfg, key, value)) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        return 0;
     }
     if (strncmp(key, "kafka.", 6) == 0) {
         if (!key[6]) {
@@ -340,6 +358,8 @@ void config_print_help(FILE *out) {
     }
     fprintf(out, "  pricing.<model>.input          USD per million prompt tokens (retort report)\n"
                  "  pricing.<model>.output         USD per million completion tokens\n"
+                 "  ratelimit.<model>.rpm          requests per minute of one model (else ratelimit.rpm)\n"
+                 "  ratelimit.<model>.tpm          tokens per minute of one model (else ratelimit.tpm)\n"
                  "  kafka.<property>               any librdkafka property, for both clients\n"
                  "  kafka.consumer.<property>      librdkafka property for the consumer only\n"
                  "  kafka.producer.<property>      librdkafka property for the producer only\n");

@@ -144,6 +144,13 @@ typedef struct wjob {
     struct wjob *prev, *next;
 } wjob;
 
+/* One model's rate limits (ratelimit.MODEL.rpm / .tpm); -1: the default. */
+typedef struct rl_model {
+    const char *name;   /* into the config's key, which outlives the worker: not NUL-terminated */
+    size_t len;
+    long rpm, tpm;
+} rl_model;
+
 struct worker {
     uv_loop_t *loop;
     const config *cfg;
@@ -161,8 +168,12 @@ struct worker {
     int aimd;
     uint64_t paused_until_ms, last_decrease_ms;
     uv_timer_t gate_timer;
-    long rl_rpm, rl_tpm;
-    char rl_key[512];
+    /* Shared rate limits: a bucket pair per endpoint and model in Redis */
+    long rl_rpm, rl_tpm;       /* ratelimit.rpm / .tpm: every model's, unless set */
+    const char *rl_base;       /* llm.base_url, the endpoint */
+    rl_model *rl_models;       /* ratelimit.MODEL.rpm / .tpm */
+    size_t rl_nmodels;
+    int rl_on;                 /* some model has a limit */
     long token_budget;
     state *st;
     offsets *offs;
@@ -1102,6 +1113,53 @@ static void validate_text(wjob *j) {
     j->cat = DECIDE_CAT_INVALID;
 }
 
+/* A model's limits: its own where set, else ratelimit.rpm / .tpm. */
+static void rate_limits(const worker *w, const char *model, long *rpm, long *tpm) {
+    *rpm = w->rl_rpm;
+    *tpm = w->rl_tpm;
+    size_t len = model ? strlen(model) : 0;
+    for (size_t i = 0; i < w->rl_nmodels; i++) {
+        const rl_model *m = &w->rl_models[i];
+        if (m->len == len && !memcmp(m->name, model, len)) {
+            if (m->rpm >= 0) *rpm = m->rpm;
+            if (m->tpm >= 0) *tpm = m->tpm;
+            return;
+        }
+    }
+}
+
+/* The buckets' name: the endpoint and the model.  0 = ok, -1 if it does
+ * not fit (a cut name could be another model's). */
+static int rate_key(const worker *w, const char *model, char *buf, size_t len) {
+    int n = snprintf(buf, len, "%s|%s", w->rl_base ? w->rl_base : "", model ? model : "");
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* config_foreach_prefix over "ratelimit.": the MODEL.rpm / MODEL.tpm keys
+ * (config_set let only those through).  rl_nmodels = SIZE_MAX when out of
+ * memory. */
+static void rl_collect(const char *key, const char *value, void *ud) {
+    worker *w = ud;
+    size_t n = strlen(key);
+    if (w->rl_nmodels == SIZE_MAX || n < 5 || (strcmp(key + n - 4, ".rpm") && strcmp(key + n - 4, ".tpm"))) return;
+    size_t len = n - 4;
+    rl_model *m = NULL;
+    for (size_t i = 0; i < w->rl_nmodels && !m; i++)
+        if (w->rl_models[i].len == len && !memcmp(w->rl_models[i].name, key, len)) m = &w->rl_models[i];
+    if (!m) {
+        rl_model *p = realloc(w->rl_models, (w->rl_nmodels + 1) * sizeof(*p));
+        if (!p) {
+            w->rl_nmodels = SIZE_MAX;
+            return;
+        }
+        w->rl_models = p;
+        m = &p[w->rl_nmodels++];
+        *m = (rl_model){key, len, -1, -1};
+    }
+    if (key[n - 3] == 'r') m->rpm = atol(value);
+    else m->tpm = atol(value);
+}
+
 static void on_llm_done(void *ud, const llm_response *resp) {
     wjob *j = ud;
     worker *w = j->w;
@@ -1130,9 +1188,13 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         j->ctoks += res.completion_tokens;
         w->m.tokens[0] += (uint64_t)res.prompt_tokens;
         w->m.tokens[1] += (uint64_t)res.completion_tokens;
-        if (w->rl_tpm) {
-            long diff = res.prompt_tokens + res.completion_tokens - j->cost;
-            if (diff) state_rate(w->st, w->rl_key, w->rl_rpm, w->rl_tpm, diff, 1, rate_noop, NULL);
+        if (w->rl_on) {
+            /* settles the estimate the call was let in on */
+            long rpm, tpm, diff = res.prompt_tokens + res.completion_tokens - j->cost;
+            rate_limits(w, j->model, &rpm, &tpm);
+            char key[1024];
+            if (tpm && diff && !rate_key(w, j->model, key, sizeof(key)))
+                state_rate(w->st, key, rpm, tpm, diff, 1, rate_noop, NULL);
         }
         j->text = res.text;
         j->text_nul = res.text_nul;
@@ -1201,7 +1263,14 @@ static void on_rate(void *ud, const state_reply *r) {
 
 static void rate_acquire(wjob *j) {
     worker *w = j->w;
-    if (state_rate(w->st, w->rl_key, w->rl_rpm, w->rl_tpm, j->cost, 0, on_rate, j)) submit_now(j);
+    long rpm, tpm;
+    rate_limits(w, j->model, &rpm, &tpm);
+    char key[1024];
+    /* no limit for this model, or a name too long for a key: not held back
+     * (a failing limiter must not stop the pool either) */
+    if ((!rpm && !tpm) || rate_key(w, j->model, key, sizeof(key)) ||
+        state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j))
+        submit_now(j);
 }
 
 static void gate_timer_cb(uv_timer_t *t) { gate_pump(t->data); }
@@ -1220,7 +1289,7 @@ static void gate_pump(worker *w) {
         if (!w->gate_head) w->gate_tail = NULL;
         j->gate_next = NULL;
         w->llm_active++;
-        if (w->rl_rpm || w->rl_tpm) rate_acquire(j);
+        if (w->rl_on) rate_acquire(j);
         else submit_now(j);
     }
 }
@@ -1978,7 +2047,14 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->aimd = config_get_bool(cfg, "llm.aimd");
     w->rl_rpm = (long)config_get_int(cfg, "ratelimit.rpm");
     w->rl_tpm = (long)config_get_int(cfg, "ratelimit.tpm");
-    snprintf(w->rl_key, sizeof(w->rl_key), "%s|%s", config_get(cfg, "llm.base_url"), config_get(cfg, "llm.model"));
+    w->rl_base = config_get(cfg, "llm.base_url");
+    config_foreach_prefix(cfg, "ratelimit.", rl_collect, w);
+    if (w->rl_nmodels == SIZE_MAX) {
+        log_error(NULL, 0, "out of memory reading the rate limits");
+        goto out;
+    }
+    w->rl_on = w->rl_rpm || w->rl_tpm;
+    for (size_t i = 0; i < w->rl_nmodels; i++) w->rl_on |= w->rl_models[i].rpm > 0 || w->rl_models[i].tpm > 0;
     /* A job holds an LLM call for only part of its life: before it,
      * Redis claims it; after it, validation, Redis and the producer finish
      * it.  Holding only max_inflight jobs leaves calls unused during that
@@ -2128,6 +2204,7 @@ out:;
     schema_registry_free(w->reg);
     for (size_t i = 0; i < w->ncritical; i++) free(w->critical[i]);
     free(w->critical);
+    free(w->rl_models);
     free(w);
     return rc;
 }

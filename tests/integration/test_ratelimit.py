@@ -115,3 +115,31 @@ def test_the_buckets_refill_by_redis_clock(stack, tmp_path):
     assert took >= 10.5, took
     assert stack.stop_worker(now) == 0
     assert stack.stop_worker(ahead) == 0
+
+
+def _busiest(times, seconds):
+    """The most of these times within any window of that many seconds."""
+    return max(sum(1 for c in times if t <= c < t + seconds) for t in times)
+
+
+def test_each_model_has_its_own_buckets(stack):
+    """Limits are per endpoint and model: a job's own model picks its
+    buckets, and ratelimit.MODEL.rpm sets one model's limit.  Every model
+    120 a minute (2 a second, a burst of 2), slow-1 60 (1 a second, a burst
+    of 1); 12 jobs of the default model and 8 of slow-1 at once."""
+    sup = stack.start_worker("--set", "ratelimit.rpm=120", "--set", "ratelimit.slow-1.rpm=60")
+    prefix = uuid.uuid4().hex[:6]
+    fast = ["rlm-%s-f%d" % (prefix, i) for i in range(12)]
+    slow = ["rlm-%s-s%d" % (prefix, i) for i in range(8)]
+    stack.produce_jobs([job(j) for j in fast] + [job(j, model="slow-1") for j in slow])
+    assert len(stack.wait_outcomes(fast + slow, timeout=90)) == 20
+    r = stack.redis_client()
+    for model, ids, burst, per_s in (("mock-1", fast, 2, 2), ("slow-1", slow, 1, 1)):
+        recs = _history(stack, ids)
+        assert {x["model"] for x in recs} == {model}
+        times = sorted(_wall(x["finished_at"]) for x in recs)
+        assert _busiest(times, 2.0) <= burst + 2 * per_s + 1, (model, times)
+        want = (len(ids) - burst) / per_s
+        assert times[-1] - times[0] >= want - 0.5, (model, times[-1] - times[0], want)
+        assert r.exists("retort:rate:{%s/v1|%s}" % (stack.llm_url, model)), model
+    assert stack.stop_worker(sup) == 0

@@ -27,6 +27,17 @@ static void test_defaults_and_set(void **s) {
     assert_int_not_equal(config_set(c, "llm.response_format", "maybe", err, sizeof(err)), 0);
     assert_non_null(strstr(err, "auto|on|off"));
     assert_int_not_equal(config_set(c, "schemas.format_assert", "perhaps", err, sizeof(err)), 0);
+    /* one model's rate limits: the suffix says which, the name may hold dots */
+    assert_int_equal(config_set(c, "ratelimit.gpt-4.1.rpm", "500", err, sizeof(err)), 0);
+    assert_int_equal(config_get_int(c, "ratelimit.gpt-4.1.rpm"), 500);
+    assert_int_equal(config_set(c, "ratelimit.m.tpm", "0", err, sizeof(err)), 0);
+    assert_int_equal(config_set(c, "ratelimit.rpm", "60", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "ratelimit.m.rps", "5", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "ratelimit.m.rps"));
+    assert_int_not_equal(config_set(c, "ratelimit..rpm", "5", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "-1", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "many", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "ratelimit.rpm", "-1", err, sizeof(err)), 0);
     /* kafka.* goes through untouched */
     assert_int_equal(config_set(c, "kafka.linger.ms", "20", err, sizeof(err)), 0);
     assert_string_equal(config_get(c, "kafka.linger.ms"), "20");
