@@ -86,7 +86,8 @@ typedef struct wjob {
     llm_call *call;
     char *body;              /* request waiting at the gate */
     size_t body_len;
-    long cost;               /* estimated tokens of the request */
+    long cost;               /* estimated tokens of the request, scaled by rl_used / rl_est */
+    long cost_raw;           /* the estimate from its size alone */
     struct wjob *gate_next;
     uv_timer_t timer;
     int tries;
@@ -174,6 +175,13 @@ struct worker {
     rl_model *rl_models;       /* ratelimit.MODEL.rpm / .tpm */
     size_t rl_nmodels;
     int rl_on;                 /* some model has a limit */
+    /* Decayed sums of the tokens answered calls used and of their size
+     * estimates: an estimate is scaled by their ratio.  A call holds its
+     * estimate until it is settled, and jobs waiting for tokens compute
+     * their wait from a bucket that holds it: with estimates 7 times the
+     * usage, each waited out a whole estimate and the limit's rate fell
+     * to an eighth. */
+    double rl_used, rl_est;
     long token_budget;
     state *st;
     offsets *offs;
@@ -1190,11 +1198,15 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         w->m.tokens[1] += (uint64_t)res.completion_tokens;
         if (w->rl_on) {
             /* settles the estimate the call was let in on */
-            long rpm, tpm, diff = res.prompt_tokens + res.completion_tokens - j->cost;
+            long rpm, tpm, used = res.prompt_tokens + res.completion_tokens, diff = used - j->cost;
             rate_limits(w, j->model, &rpm, &tpm);
             char key[1024];
             if (tpm && diff && !rate_key(w, j->model, key, sizeof(key)))
                 state_rate(w->st, key, rpm, tpm, diff, 1, rate_noop, NULL);
+            if (used > 0 && resp->status >= 200 && resp->status <= 299) {
+                w->rl_used = 0.9 * w->rl_used + (double)used;
+                w->rl_est = 0.9 * w->rl_est + (double)j->cost_raw;
+            }
         }
         j->text = res.text;
         j->text_nul = res.text_nul;
@@ -1265,6 +1277,16 @@ static void rate_acquire(wjob *j) {
     worker *w = j->w;
     long rpm, tpm;
     rate_limits(w, j->model, &rpm, &tpm);
+    /* Scaled at each try, not when the request was built: a batch's jobs
+     * are built before any of their calls is answered. */
+    j->cost = j->cost_raw;
+    if (w->rl_est > 0) {
+        /* what calls really used so far, against their estimates (clamped:
+         * one odd answer must not make the next estimates absurd) */
+        double k = w->rl_used / w->rl_est;
+        k = k < 0.05 ? 0.05 : k > 4 ? 4 : k;
+        j->cost = (long)((double)j->cost_raw * k) + 1;
+    }
     char key[1024];
     /* no limit for this model, or a name too long for a key: not held back
      * (a failing limiter must not stop the pool either) */
@@ -1331,7 +1353,8 @@ static void call_llm(wjob *j) {
     cJSON_Delete(msgs);
     /* Tokens a request may use: its prompt (about 4 bytes a token) and the
      * completion budget; settled against real usage afterwards. */
-    j->cost = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
+    j->cost_raw = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
+    j->cost = j->cost_raw;
     if (w->gate_tail) w->gate_tail->gate_next = j;
     else w->gate_head = j;
     w->gate_tail = j;
