@@ -1168,6 +1168,22 @@ static void rl_collect(const char *key, const char *value, void *ud) {
     else m->tpm = atol(value);
 }
 
+/* Settles the estimate a call was let in on against the tokens it used;
+ * an answered call's usage also scales the next estimates (learn). */
+static void rate_settle(wjob *j, long used, int learn) {
+    worker *w = j->w;
+    if (!w->rl_on) return;
+    long rpm, tpm, diff = used - j->cost;
+    rate_limits(w, j->model, &rpm, &tpm);
+    char key[1024];
+    if (tpm && diff && !rate_key(w, j->model, key, sizeof(key)))
+        state_rate(w->st, key, rpm, tpm, diff, 1, rate_noop, NULL);
+    if (learn && used > 0) {
+        w->rl_used = 0.9 * w->rl_used + (double)used;
+        w->rl_est = 0.9 * w->rl_est + (double)j->cost_raw;
+    }
+}
+
 static void on_llm_done(void *ud, const llm_response *resp) {
     wjob *j = ud;
     worker *w = j->w;
@@ -1188,6 +1204,11 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     if (resp->status == 0) {
         j->cat = resp->transport;
         util_concat(j->error, sizeof(j->error), resp->error, (char *)NULL);
+        /* No answer: a call that timed out may have been worked on (its
+         * estimate stays spent); one that never got through used nothing,
+         * or an outage's retries would leave the bucket owing for minutes
+         * after it. */
+        if (resp->transport != DECIDE_CAT_TIMEOUT) rate_settle(j, 0, 0);
     } else {
         llm_api_result res;
         llm_api_parse(w->provider, resp->status, resp->body, resp->body_len, &res);
@@ -1196,18 +1217,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         j->ctoks += res.completion_tokens;
         w->m.tokens[0] += (uint64_t)res.prompt_tokens;
         w->m.tokens[1] += (uint64_t)res.completion_tokens;
-        if (w->rl_on) {
-            /* settles the estimate the call was let in on */
-            long rpm, tpm, used = res.prompt_tokens + res.completion_tokens, diff = used - j->cost;
-            rate_limits(w, j->model, &rpm, &tpm);
-            char key[1024];
-            if (tpm && diff && !rate_key(w, j->model, key, sizeof(key)))
-                state_rate(w->st, key, rpm, tpm, diff, 1, rate_noop, NULL);
-            if (used > 0 && resp->status >= 200 && resp->status <= 299) {
-                w->rl_used = 0.9 * w->rl_used + (double)used;
-                w->rl_est = 0.9 * w->rl_est + (double)j->cost_raw;
-            }
-        }
+        rate_settle(j, res.prompt_tokens + res.completion_tokens, resp->status >= 200 && resp->status <= 299);
         j->text = res.text;
         j->text_nul = res.text_nul;
         res.text = NULL;

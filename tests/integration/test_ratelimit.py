@@ -151,3 +151,28 @@ def test_each_model_has_its_own_buckets(stack):
         assert times[-1] - times[0] >= want - 0.5, (model, times[-1] - times[0], want)
         assert r.exists("retort:rate:{%s/v1|%s}" % (stack.llm_url, model)), model
     assert stack.stop_worker(sup) == 0
+
+
+def test_calls_that_never_got_through_give_their_tokens_back(stack):
+    """An LLM that refuses connections, with a tokens-per-minute limit: each
+    try is let in on its estimate, and one that never reached the server
+    used nothing.  Its estimate must come back, or an outage's retries
+    leave the bucket owing for minutes after it (here: 4 jobs x 3 tries of
+    some 600 tokens against 1,000 a second)."""
+    from stack import free_port
+    dead = "http://127.0.0.1:%d/v1" % free_port()
+    w = stack.start_worker("--set", "llm.base_url=%s" % dead, "--set", "ratelimit.tpm=60000",
+                           "--set", "llm.max_transient_retries=2", "--set", "llm.backoff_base_ms=10",
+                           "--set", "llm.backoff_max_ms=20")
+    ids = ["rlnet-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(4)]
+    stack.produce_jobs([job(j) for j in ids])
+    outs = stack.wait_outcomes(ids, timeout=90)
+    assert all(m["headers"]["ce_type"] == "retort.job.escalated" for m in outs if m["value"]["job_id"] in ids)
+    assert stack.worker_log(w.name).count("after 3 tries") == 4
+    t = float(stack.redis_client().hget("retort:rate:{%s|mock-1}" % dead, "t"))
+    # the stored level, as of the last write (the last try's refund): a
+    # second's worth (1,000) again.  A try is let in only when the bucket
+    # holds its estimate, so without the refunds the level after the last
+    # grant was at most 1,000 - 600, and each try waited for the refill.
+    assert t >= 900, t
+    assert stack.stop_worker(w) == 0
