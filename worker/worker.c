@@ -89,6 +89,8 @@ typedef struct wjob {
     long cost;               /* estimated tokens of the request, scaled by rl_used / rl_est */
     long cost_raw;           /* the estimate from its size alone */
     struct wjob *gate_next;
+    struct wjob *rate_next;  /* in its rate queue, behind the one asking */
+    struct rate_queue *rate_q; /* the queue it waited in (NULL: none) */
     uv_timer_t timer;
     int tries;
     uint64_t start_us;
@@ -145,6 +147,20 @@ typedef struct wjob {
     struct wjob *prev, *next;
 } wjob;
 
+/* The jobs of this process waiting for one bucket pair's tokens, in
+ * order.  Only the first asks Redis (again when its wait is over); the
+ * others wait here.  Each asking on its own, the waiting jobs all got the
+ * same wait, woke together and asked again: with 2,000 jobs held back by
+ * a limit of 10 calls a second, 19,000 scripts a second in Redis. */
+typedef struct rate_queue {
+    char key[1024];          /* endpoint|model */
+    long rpm, tpm;
+    struct wjob *head, *tail;
+    int asking;              /* the head's request or wait is under way */
+} rate_queue;
+
+#define RATE_QUEUES_MAX 64   /* models past these ask on their own */
+
 /* One model's rate limits (ratelimit.MODEL.rpm / .tpm); -1: the default. */
 typedef struct rl_model {
     const char *name;   /* into the config's key, which outlives the worker: not NUL-terminated */
@@ -175,6 +191,8 @@ struct worker {
     rl_model *rl_models;       /* ratelimit.MODEL.rpm / .tpm */
     size_t rl_nmodels;
     int rl_on;                 /* some model has a limit */
+    rate_queue *rl_queues[RATE_QUEUES_MAX];
+    size_t rl_nqueues;
     /* Decayed sums of the tokens answered calls used and of their size
      * estimates: an estimate is scaled by their ratio.  A call holds its
      * estimate until it is settled, and jobs waiting for tokens compute
@@ -1269,40 +1287,111 @@ static void submit_now(wjob *j) {
     }
 }
 
-static void rate_acquire(wjob *j);
+static void rate_pump(rate_queue *q);
+static void rate_alone_cb(uv_timer_t *t);
 
-static void rate_wait_cb(uv_timer_t *t) { rate_acquire(t->data); }
+/* The queue of a bucket pair, made on first use; NULL past
+ * RATE_QUEUES_MAX models or out of memory. */
+static rate_queue *rate_queue_of(worker *w, const char *key, long rpm, long tpm) {
+    for (size_t i = 0; i < w->rl_nqueues; i++)
+        if (!strcmp(w->rl_queues[i]->key, key)) return w->rl_queues[i];
+    if (w->rl_nqueues == RATE_QUEUES_MAX) return NULL;
+    rate_queue *q = calloc(1, sizeof(*q));
+    if (!q) return NULL;
+    memcpy(q->key, key, strlen(key) + 1); /* rate_key made it fit */
+    q->rpm = rpm;
+    q->tpm = tpm;
+    w->rl_queues[w->rl_nqueues++] = q;
+    return q;
+}
+
+/* The estimate a call is let in on: scaled at each try, not when the
+ * request was built (a batch's jobs are built before any of their calls
+ * is answered), by what calls really used so far against their estimates,
+ * clamped: one odd answer must not make the next estimates absurd. */
+static long rate_cost(const worker *w, const wjob *j) {
+    if (w->rl_est <= 0) return j->cost_raw;
+    double k = w->rl_used / w->rl_est;
+    k = k < 0.05 ? 0.05 : k > 4 ? 4 : k;
+    return (long)((double)j->cost_raw * k) + 1;
+}
+
+/* The head of q is let in (or the limiter failed: it must not stop the
+ * pool): it leaves the queue, and the next one asks. */
+static void rate_granted(rate_queue *q) {
+    wjob *j = q->head;
+    q->head = j->rate_next;
+    if (!q->head) q->tail = NULL;
+    j->rate_next = NULL;
+    q->asking = 0;
+    submit_now(j);
+    rate_pump(q);
+}
+
+static void rate_wait_cb(uv_timer_t *t) {
+    wjob *j = t->data;
+    rate_queue *q = j->rate_q;
+    q->asking = 0;
+    rate_pump(q);
+}
 
 static void on_rate(void *ud, const state_reply *r) {
     wjob *j = ud;
     if (r->verdict == STATE_ERROR || r->attempt <= 0) {
-        /* Granted; a failing limiter must not stop the pool. */
-        submit_now(j);
+        if (j->rate_q) rate_granted(j->rate_q);
+        else submit_now(j);
         return;
     }
-    uv_timer_start(&j->timer, rate_wait_cb, (uint64_t)r->attempt, 0);
+    uv_timer_start(&j->timer, j->rate_q ? rate_wait_cb : rate_alone_cb, (uint64_t)r->attempt, 0);
 }
+
+/* The head of q asks Redis, unless it is asking already. */
+static void rate_pump(rate_queue *q) {
+    while (q->head && !q->asking) {
+        wjob *j = q->head;
+        worker *w = j->w;
+        j->cost = rate_cost(w, j);
+        q->asking = 1;
+        if (!state_rate(w->st, q->key, q->rpm, q->tpm, j->cost, 0, on_rate, j)) return;
+        rate_granted(q); /* out of memory: not held back */
+    }
+}
+
+/* A job of a model past RATE_QUEUES_MAX asks on its own. */
+static void rate_alone(wjob *j) {
+    worker *w = j->w;
+    j->rate_q = NULL;
+    long rpm, tpm;
+    rate_limits(w, j->model, &rpm, &tpm);
+    j->cost = rate_cost(w, j);
+    char key[1024];
+    if (rate_key(w, j->model, key, sizeof(key)) || state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j))
+        submit_now(j);
+}
+
+static void rate_alone_cb(uv_timer_t *t) { rate_alone(t->data); }
 
 static void rate_acquire(wjob *j) {
     worker *w = j->w;
     long rpm, tpm;
     rate_limits(w, j->model, &rpm, &tpm);
-    /* Scaled at each try, not when the request was built: a batch's jobs
-     * are built before any of their calls is answered. */
-    j->cost = j->cost_raw;
-    if (w->rl_est > 0) {
-        /* what calls really used so far, against their estimates (clamped:
-         * one odd answer must not make the next estimates absurd) */
-        double k = w->rl_used / w->rl_est;
-        k = k < 0.05 ? 0.05 : k > 4 ? 4 : k;
-        j->cost = (long)((double)j->cost_raw * k) + 1;
-    }
     char key[1024];
-    /* no limit for this model, or a name too long for a key: not held back
-     * (a failing limiter must not stop the pool either) */
-    if ((!rpm && !tpm) || rate_key(w, j->model, key, sizeof(key)) ||
-        state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j))
+    /* no limit for this model, or a name too long for a key: not held back */
+    if ((!rpm && !tpm) || rate_key(w, j->model, key, sizeof(key))) {
+        j->cost = rate_cost(w, j);
         submit_now(j);
+        return;
+    }
+    rate_queue *q = rate_queue_of(w, key, rpm, tpm);
+    if (!q) {
+        rate_alone(j);
+        return;
+    }
+    j->rate_q = q;
+    if (q->tail) q->tail->rate_next = j;
+    else q->head = j;
+    q->tail = j;
+    rate_pump(q);
 }
 
 static void gate_timer_cb(uv_timer_t *t) { gate_pump(t->data); }
@@ -2238,6 +2327,7 @@ out:;
     for (size_t i = 0; i < w->ncritical; i++) free(w->critical[i]);
     free(w->critical);
     free(w->rl_models);
+    for (size_t i = 0; i < w->rl_nqueues; i++) free(w->rl_queues[i]);
     free(w);
     return rc;
 }
