@@ -1373,6 +1373,7 @@ static void rate_alone_cb(uv_timer_t *t) { rate_alone(t->data); }
 
 static void rate_acquire(wjob *j) {
     worker *w = j->w;
+    j->rate_q = NULL;
     long rpm, tpm;
     rate_limits(w, j->model, &rpm, &tpm);
     char key[1024];
