@@ -184,12 +184,18 @@ cJSON *events_dead_letter(const char *reason, const cJSON *violations, const cha
     cJSON_AddStringToObject(src, "topic", topic);
     cJSON_AddNumberToObject(src, "partition", partition);
     cJSON_AddNumberToObject(src, "offset", (double)offset);
-    if (key && util_utf8_valid(key, key_len)) {
+    /* A key is any bytes: text as it is, anything else (a serialized
+     * integer, say, holding zeros) in base64, as the value. */
+    if (!key) {
+        cJSON_AddNullToObject(ev, "key");
+    } else if (util_utf8_valid(key, key_len) && !memchr(key, '\0', key_len)) {
         char *k = strndup(key, key_len);
         cJSON_AddStringToObject(ev, "key", k ? k : "");
         free(k);
     } else {
-        cJSON_AddNullToObject(ev, "key");
+        char *b = util_base64((const unsigned char *)key, key_len);
+        cJSON_AddStringToObject(ev, "key_base64", b ? b : "");
+        free(b);
     }
     if (value && util_utf8_valid(value, value_len) && !memchr(value, '\0', value_len)) {
         char *v = strndup(value, value_len);

@@ -519,15 +519,15 @@ void kafka_io_free(kafka_io *k, int timeout_ms) {
     }
 }
 
-int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char *value,
-                     size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
+int kafka_io_produce(kafka_io *k, const char *topic, const char *key, size_t key_len,
+                     const char *value, size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
                      char *err, size_t errlen) {
     rd_kafka_headers_t *hdrs = rd_kafka_headers_new((size_t)nheaders);
     for (int i = 0; i < nheaders; i++)
         rd_kafka_header_add(hdrs, headers[i].name, -1, headers[i].value, -1);
     rd_kafka_vu_t vu[6] = {
         {.vtype = RD_KAFKA_VTYPE_TOPIC, .u.cstr = topic},
-        {.vtype = RD_KAFKA_VTYPE_KEY, .u.mem = {(void *)key, key ? strlen(key) : 0}},
+        {.vtype = RD_KAFKA_VTYPE_KEY, .u.mem = {(void *)key, key ? key_len : 0}},
         {.vtype = RD_KAFKA_VTYPE_VALUE, .u.mem = {(void *)value, len}},
         {.vtype = RD_KAFKA_VTYPE_MSGFLAGS, .u.i = RD_KAFKA_MSG_F_COPY},
         {.vtype = RD_KAFKA_VTYPE_HEADERS, .u.headers = hdrs},

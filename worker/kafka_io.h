@@ -36,13 +36,14 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
  * producer after a flush of at most timeout_ms.  Accepts NULL. */
 void kafka_io_free(kafka_io *k, int timeout_ms);
 
-/* Produces value (borrowed, copied) to topic with key and headers.  0 =
+/* Produces value (borrowed, copied) to topic with key (key_len bytes,
+ * borrowed, copied; NULL: no key) and headers.  0 =
  * queued, the delivery report calls on_delivery(opaque); 1 = the queue
  * is full (try again soon); 2 = the message is larger than the
  * producer's message.max.bytes (it never will go: make it smaller);
  * -1 = another error (err says which). */
-int kafka_io_produce(kafka_io *k, const char *topic, const char *key, const char *value,
-                     size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
+int kafka_io_produce(kafka_io *k, const char *topic, const char *key, size_t key_len,
+                     const char *value, size_t len, const kafka_io_header *headers, int nheaders, void *opaque,
                      char *err, size_t errlen);
 
 /* Stores offset (the next to consume) for commit. */

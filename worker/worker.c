@@ -123,7 +123,8 @@ typedef struct wjob {
     events_headers hdr;
     int ev_attempt;
     int is_dlq;
-    char *msg_key;           /* dead letters keep the original key */
+    char *msg_key;           /* dead letters keep the original key, byte for byte */
+    size_t msg_key_len;
     /* bookkeeping */
     struct wjob *dups;       /* parked messages of the same job id */
     struct wjob *dup_next;
@@ -465,9 +466,9 @@ static metrics_outcome message_outcome(const wjob *j) {
                                            : METRICS_DEAD_LETTER;
 }
 
-static void fit_event(wjob *j, const char *key, const kafka_io_header *hdrs, int nhdrs) {
+static void fit_event(wjob *j, size_t key_len, const kafka_io_header *hdrs, int nhdrs) {
     worker *w = j->w;
-    size_t over = 512 + (key ? strlen(key) : 0), max = kafka_io_max_message(w->kio);
+    size_t over = 512 + key_len, max = kafka_io_max_message(w->kio);
     for (int i = 0; i < nhdrs; i++) over += strlen(hdrs[i].name) + strlen(hdrs[i].value);
     size_t limit = max > over ? max - over : 0, len = strlen(j->ev_value);
     if (j->fit_limit && j->fit_limit < limit) limit = j->fit_limit;
@@ -501,8 +502,22 @@ static void produce_outcome(wjob *j) {
         exit(3);
     }
     const char *key = j->is_dlq ? j->msg_key : j->job.job_id;
-    if (j->ev_type != EVENT_RETRY) fit_event(j, key, hdrs, 7);
-    int rc = kafka_io_produce(w->kio, j->ev_topic, key, j->ev_value, strlen(j->ev_value), hdrs, 7,
+    size_t key_len = j->is_dlq ? j->msg_key_len : strlen(key);
+    if (j->is_dlq && key_len > kafka_io_max_message(w->kio) / 4) {
+        /* A key that leaves no room for the event would keep it out of
+         * Kafka for good, and the partition's commits behind it.  The
+         * event still says the key, unless it is too large there too
+         * ("omitted" then names it). */
+        log_warn(j->hdr.subject, 0, "the dead message's key (%zu bytes) is too large to key its dead letter "
+                 "with; produced without a key", key_len);
+        free(j->msg_key);
+        j->msg_key = NULL;
+        j->msg_key_len = 0;
+        key = NULL;
+        key_len = 0;
+    }
+    if (j->ev_type != EVENT_RETRY) fit_event(j, key_len, hdrs, 7);
+    int rc = kafka_io_produce(w->kio, j->ev_topic, key, key_len, j->ev_value, strlen(j->ev_value), hdrs, 7,
                               j, err, sizeof(err));
     if (rc == 2) {
         /* our estimate of librdkafka's overhead was short: cut and go on */
@@ -797,6 +812,9 @@ static void build_retry(wjob *j, int attempt, size_t limit) {
 static int cut_harder(wjob *j) {
     size_t len = strlen(j->ev_value);
     if (j->ev_type != EVENT_RETRY) {
+        /* No smaller than the last cut asked for: what is left cannot be
+         * cut (fit_event said so).  Trying again at once would spin. */
+        if (j->fit_limit && len > j->fit_limit) return -1;
         j->fit_limit = len / 2;
         return 0;
     }
@@ -1800,7 +1818,11 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         char subject[320];
         snprintf(subject, sizeof(subject), "%s/%d/%lld", w->t_jobs, msg->partition, (long long)msg->offset);
         j->is_dlq = 1;
-        if (msg->key) j->msg_key = strndup(msg->key, msg->key_len);
+        /* A key may be any bytes (a serialized integer holds zeros). */
+        if (msg->key && (j->msg_key = malloc(msg->key_len ? msg->key_len : 1))) {
+            memcpy(j->msg_key, msg->key, msg->key_len);
+            j->msg_key_len = msg->key_len;
+        }
         free(j->ev_value);
         j->ev_value = jsonout_print(ev);
         cJSON_Delete(ev);

@@ -316,17 +316,27 @@ def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stac
     job with 25 KB of metadata (echoed in its final event).  Refused by
     Kafka on every try, such an event held its message, and every later
     offset of the partition, for good.  Now each goes out without its
-    largest member, named in "omitted", and the offsets are committed."""
+    largest member, named in "omitted", and the offsets are committed.
+    A message keyed with 25 KB that is not a job: its dead letter goes
+    without a key (keyed so, it could never fit; the worker spun at 100%
+    of a core retrying it at once) and says the key in "omitted"."""
     port = free_port()
     w = stack.start_worker("--set", "kafka.producer.message.max.bytes=20000",
                            "--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     bin_id, meta_id, after = uid("big-bin"), uid("big-meta"), uid("after-big")
-    stack.produce("retort.jobs", [(bin_id, b'{"job_id":"x' + b"\xff" * 30000 + b'"}')])
+    big_key = "k" * 25000
+    stack.produce("retort.jobs", [(bin_id, b'{"job_id":"x' + b"\xff" * 30000 + b'"}'),
+                                  (big_key, b"not json")])
     stack.produce_jobs([job(meta_id, metadata={"notes": "n" * 25000}), job(after)])
     stack.wait_outcomes([meta_id, after])
     deadline = time.time() + 20
-    while time.time() < deadline and not stack.consume("retort.dlq"):
+    while time.time() < deadline and len(stack.consume("retort.dlq")) < 2:
         time.sleep(0.3)
+    (keyless,) = [m for m in stack.consume("retort.dlq") if m["key"] is None]
+    envelopes.validate("events/dead_letter.schema.json", keyless["value"])
+    assert "not JSON" in keyless["value"]["reason"] and keyless["value"]["value"] == "not json"
+    assert keyless["value"]["omitted"] == {"key": 25002} and "key" not in keyless["value"]
+    assert "too large to key its dead letter with" in stack.worker_log(w.name)
     (dlq,) = [m for m in stack.consume("retort.dlq") if m["key"] == bin_id]
     ev = dlq["value"]
     envelopes.validate("events/dead_letter.schema.json", ev)
@@ -342,7 +352,7 @@ def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stac
     assert "larger than a Kafka message may be" in stack.worker_log(w.name)
     samples, _ = scrape_metrics(port)
     cut = {dict(labels)["outcome"]: v for (name, labels), v in samples.items() if name == "retort_messages_cut_total"}
-    assert cut == {"final": 1, "retry": 0, "escalated": 0, "dead_letter": 1}
+    assert cut == {"final": 1, "retry": 0, "escalated": 0, "dead_letter": 2}
     # every message was acknowledged: a drain has nothing to wait for, and
     # a new member of the group does not see any of them again
     assert stack.stop_worker(w) == 0
@@ -350,7 +360,7 @@ def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stac
     stack.start_worker(name="w-next")
     time.sleep(6)
     assert stack.llm_stats()["requests"] == before
-    assert len(stack.consume("retort.dlq")) == 1
+    assert len(stack.consume("retort.dlq")) == 2
 
 
 def test_duplicate_message_is_not_processed_twice(stack):

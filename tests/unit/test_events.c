@@ -221,12 +221,51 @@ static void test_fit(void **s) {
     free(meta);
 }
 
+/* A dead letter keeps the message's key: text as text, other bytes (an
+ * integer serialized as 4 bytes holds zeros) in base64, no key as null. */
+static void test_dead_letter_keys(void **s) {
+    (void)s;
+    static const char bin[] = {0, 0, 0, 42};
+    struct {
+        const char *key;
+        size_t len;
+        const char *text, *b64;
+    } cases[] = {
+        {"user-7", 6, "user-7", NULL},
+        {bin, 4, NULL, "AAAAKg=="},
+        {"\xff\xfe", 2, NULL, "//4="},
+        {"", 0, "", NULL},
+        {NULL, 0, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *ev = events_dead_letter("not JSON", NULL, NULL, "retort.jobs", 3, 17, cases[i].key, cases[i].len,
+                                       "{x", 2, 1763776000123);
+        assert_non_null(ev);
+        cJSON *k = get(ev, "key"), *k64 = get(ev, "key_base64");
+        if (cases[i].text) {
+            assert_true(cJSON_IsString(k));
+            assert_string_equal(k->valuestring, cases[i].text);
+            assert_null(k64);
+        } else if (cases[i].b64) {
+            assert_null(k);
+            assert_true(cJSON_IsString(k64));
+            assert_string_equal(k64->valuestring, cases[i].b64);
+        } else {
+            assert_true(cJSON_IsNull(k));
+            assert_null(k64);
+        }
+        assert_string_equal(get(ev, "value")->valuestring, "{x");
+        cJSON_Delete(ev);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_ids),
         cmocka_unit_test(test_final_from_history),
         cmocka_unit_test(test_final_last_as_parts),
         cmocka_unit_test(test_fit),
+        cmocka_unit_test(test_dead_letter_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
