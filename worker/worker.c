@@ -1574,6 +1574,14 @@ static int owner_elsewhere(wjob *j, const char *owner) {
     if (hl >= sizeof(holder)) hl = sizeof(holder) - 1;
     memcpy(holder, owner, hl);
     holder[hl] = '\0';
+    if (strcmp(owner, j->other)) {
+        /* Another owner than the one waited for (it took the attempt over
+         * meanwhile): its grace starts now.  Measured from the first
+         * owner, a live one was taken over at once, and the attempt paid
+         * for a third time. */
+        j->wait_start_ms = 0;
+        j->wait_ms = 0;
+    }
     util_concat(j->other, sizeof(j->other), owner, (char *)NULL);
     j->stage = STAGE_WAIT;
     if (state_lease(w->st, holder, 0, on_owner_lease, j)) uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -201,6 +202,46 @@ def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     assert "\nretort_owner_waits_total 1\n" in text and "\nretort_takeovers_total 2\n" in text, text
     # the new owner: this worker's incarnation (id:nonce), then its claim number
     assert re.fullmatch(re.escape(w.name) + r":[0-9a-f]{8}:[0-9]+", r.hget("retort:job:{%s}" % lapsing, "owner"))
+    assert stack.stop_worker(w) == 0
+
+
+def test_an_owner_that_took_over_from_the_one_waited_for_gets_its_own_grace(stack):
+    """The message waits for a live owner X (worker.takeover_after_ms, 3 s
+    here); meanwhile Y takes X's attempt over (here: the record is
+    rewritten to Y's, with a live lease).  The next look finds Y: Y gets
+    3 s of its own.  The wait used to be measured from the first owner,
+    so a live Y was taken over as soon as X's time was up, and the attempt
+    paid for a third time."""
+    w = stack.start_worker("--set", "worker.takeover_after_ms=3000")
+    r = stack.redis_client()
+    jid = uid("second-owner")
+    key = "retort:job:{%s}" % jid
+    r.hset(key, mapping={"attempt": 1, "status": "running", "owner": "x:00000001:7", "max_attempts": 3})
+    r.set("retort:worker:{x:00000001}", "1", px=60000)
+    stack.produce_jobs([job(jid)])
+    deadline = time.time() + 20
+    while time.time() < deadline and "x:00000001:7 holds this attempt" not in stack.worker_log(w.name):
+        time.sleep(0.1)
+    t0 = time.time()
+    assert "x:00000001:7 holds this attempt" in stack.worker_log(w.name)
+    time.sleep(1.0)
+    r.hset(key, "owner", "y:00000002:3")
+    r.set("retort:worker:{y:00000002}", "1", px=60000)
+    called = None
+    while time.time() < t0 + 30 and called is None:
+        if stack.llm_stats()["calls"].get(jid + ":1"):
+            called = time.time() - t0
+        time.sleep(0.1)
+    assert called is not None
+    log = stack.worker_log(w.name)
+    assert "y:00000002:3 holds this attempt; waiting for its outcome" in log
+    assert "for y:00000002:3; taking the attempt over" in log
+    assert "for x:00000001:7; taking" not in log
+    # Y seen at the look 1.75 s in, then looks 0.25, 0.75, 1.75 and 3.75 s
+    # after it: taken over 5.5 s in; measured from X, at the look 3.75 s in
+    assert called > 4.75, called
+    check_exactly_once(stack, [jid])
+    assert stack.llm_stats()["calls"][jid + ":1"] == 1
     assert stack.stop_worker(w) == 0
 
 
