@@ -316,13 +316,32 @@ size_t util_ltoa(long long v, char *buf) {
 size_t util_concat(char *buf, size_t cap, ...) {
     va_list ap;
     va_start(ap, cap);
-    size_t n = 0;
+    size_t n = 0, w = 0;
+    int cut = 0;
     for (const char *s; (s = va_arg(ap, const char *));) {
         size_t len = strlen(s);
-        if (n < cap - 1) memcpy(buf + n, s, len < cap - 1 - n ? len : cap - 1 - n);
+        if (!cut) {
+            size_t room = cap - 1 - w, take = len;
+            if (len > room) {
+                /* on a character's boundary: the cut text stays UTF-8 */
+                take = util_utf8_trim(s, len, room);
+                cut = 1;
+            }
+            memcpy(buf + w, s, take);
+            w += take;
+        }
         n += len;
     }
     va_end(ap);
-    buf[n < cap - 1 ? n : cap - 1] = '\0';
+    buf[w] = '\0';
     return n;
+}
+
+void util_utf8_cut_end(char *s) {
+    size_t len = strlen(s), i = len;
+    while (i > 0 && len - i < 3 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;
+    if (i == 0) return;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > 1 + (len - i)) s[i - 1] = '\0';
 }

@@ -93,10 +93,16 @@ size_t util_ltoa(long long v, char *buf);
 long long util_clamp_ll(double d, long long lo, long long hi);
 
 /* Copies the strings given (the list ends with NULL) one after the other
- * into buf (cap > 0 bytes), cut to fit and NUL-terminated; returns the
- * length the whole would have (>= cap: cut), as snprintf does.  For hot
- * paths, where snprintf("%s%s") costs its format parsing. */
+ * into buf (cap > 0 bytes), cut to fit (on a UTF-8 character's boundary)
+ * and NUL-terminated; returns the length the whole would have (>= cap:
+ * cut), as snprintf does.  For hot paths, where snprintf("%s%s") costs
+ * its format parsing. */
 size_t util_concat(char *buf, size_t cap, ...) __attribute__((sentinel));
+
+/* s, UTF-8 cut by snprintf, may end inside a character: drops that
+ * partial character, so that the text stays valid where it goes (events,
+ * retry jobs, the next request). */
+void util_utf8_cut_end(char *s);
 
 /* Makes room for extra more bytes (and the NUL): one allocation up front
  * when the size is known roughly.  0 = ok. */

@@ -248,6 +248,7 @@ static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
     }
     snprintf(out->error, sizeof(out->error), "HTTP %ld%s%s%s%s", status, code ? " " : "",
              code ? code : "", message ? ": " : "", message ? message : "");
+    util_utf8_cut_end(out->error);
     out->category = llm_api_status_category(status, code, message);
 }
 
@@ -258,7 +259,7 @@ static void openai_classify(llm_api_result *out, const char *fr, const char *ref
     util_concat(out->finish_reason, sizeof(out->finish_reason), fr ? fr : "", (char *)NULL);
     if (refusal) {
         out->category = DECIDE_CAT_REFUSAL;
-        snprintf(out->error, sizeof(out->error), "refusal: %s", refusal);
+        util_concat(out->error, sizeof(out->error), "refusal: ", refusal, (char *)NULL);
     } else if (fr && !strcmp(fr, "content_filter")) {
         out->category = DECIDE_CAT_CONTENT_FILTER;
         snprintf(out->error, sizeof(out->error), "output removed by the content filter");

@@ -1757,6 +1757,7 @@ static void resolve_schema(wjob *j) {
         j->schema_name = s->valuestring;
         snprintf(j->schema_error, sizeof(j->schema_error), "unknown schema '%s' (not in %s)",
                  s->valuestring, config_get(w->cfg, "schemas.dir"));
+        util_utf8_cut_end(j->schema_error);
         return;
     }
     j->schema_name = "inline";
@@ -1764,6 +1765,7 @@ static void resolve_schema(wjob *j) {
     j->inline_ent = schema_cache_get(w->scache, s, err, sizeof(err));
     if (!j->inline_ent) {
         snprintf(j->schema_error, sizeof(j->schema_error), "inline schema does not compile: %s", err);
+        util_utf8_cut_end(j->schema_error);
         j->schema_invalid = 1;
         return;
     }

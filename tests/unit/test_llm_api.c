@@ -101,6 +101,42 @@ static void test_nul_in_answer(void **s) {
     llm_api_result_clear(&r);
 }
 
+/* A long refusal or error message in another script is cut to the error
+ * buffer on a character's boundary: cut inside one, it made the
+ * escalation event (and a retry job) invalid UTF-8. */
+static void test_long_messages_cut_as_utf8(void **s) {
+    (void)s;
+    sbuf text = {0};
+    for (int i = 0; i < 150; i++) sbuf_puts(&text, "\xe6\x8a\xb1"); /* 450 bytes */
+    char *openai = NULL, *err = NULL;
+    sbuf b = {0};
+    sbuf_puts(&b, "{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"x");
+    sbuf_puts(&b, text.data);
+    sbuf_puts(&b, "\"},\"finish_reason\":\"stop\"}]}");
+    openai = sbuf_take(&b);
+    sbuf_puts(&b, "{\"error\":{\"type\":\"invalid_request_error\",\"message\":\"");
+    sbuf_puts(&b, text.data);
+    sbuf_puts(&b, "\"}}");
+    err = sbuf_take(&b);
+    for (int k = 0; k < 2; k++) {
+        llm_api_result r;
+        const char *body = k ? err : openai;
+        for (int scan = 0; scan < 2; scan++) {
+            /* both readers: the DOM and the scanner llm_api_parse tries first */
+            if (scan) llm_api_parse(LLM_PROVIDER_OPENAI, k ? 400 : 200, body, strlen(body), &r);
+            else llm_api_parse_dom(LLM_PROVIDER_OPENAI, k ? 400 : 200, body, strlen(body), &r);
+            assert_int_equal(r.category, k ? DECIDE_CAT_BAD_REQUEST : DECIDE_CAT_REFUSAL);
+            size_t len = strlen(r.error);
+            assert_true(len > 200 && len < sizeof(r.error));
+            if (!util_utf8_valid(r.error, len)) fail_msg("not UTF-8 (%s): %s", k ? "error" : "refusal", r.error);
+            llm_api_result_clear(&r);
+        }
+    }
+    free(openai);
+    free(err);
+    sbuf_free(&text);
+}
+
 static void test_anthropic_shapes(void **s) {
     (void)s;
     char *body = slurp("anthropic-response.json");
@@ -567,6 +603,7 @@ int main(void) {
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
         cmocka_unit_test(test_openai_scan),       cmocka_unit_test(test_anthropic_scan),
         cmocka_unit_test(test_nul_in_answer),
+        cmocka_unit_test(test_long_messages_cut_as_utf8),
     };
     return cmocka_run_group_tests_name("llm_api", tests, NULL, NULL);
 }

@@ -191,6 +191,38 @@ static void test_concat(void **s) {
     assert_string_equal(buf, "");
     assert_int_equal(util_concat(buf, 1, "x", (char *)NULL), 1);
     assert_string_equal(buf, "");
+    /* cut on a character's boundary, never inside one (U+62B1: 3 bytes) */
+    assert_int_equal(util_concat(buf, sizeof(buf), "ab", "\xe6\x8a\xb1\xe6\x8a\xb1", (char *)NULL), 8);
+    assert_string_equal(buf, "ab\xe6\x8a\xb1");
+    assert_int_equal(util_concat(buf, sizeof(buf), "abcde", "\xe6\x8a\xb1", "z", (char *)NULL), 9);
+    assert_string_equal(buf, "abcde");
+    assert_true(util_utf8_valid(buf, strlen(buf)));
+}
+
+/* A text snprintf cut inside a character loses that character only. */
+static void test_utf8_cut_end(void **s) {
+    (void)s;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"", ""},
+        {"abc", "abc"},
+        {"ab\xc3\xa9", "ab\xc3\xa9"},                 /* whole 2-byte */
+        {"ab\xc3", "ab"},                             /* 2-byte, lead only */
+        {"a\xe6\x8a\xb1", "a\xe6\x8a\xb1"},             /* whole 3-byte */
+        {"a\xe6\x8a", "a"},                           /* 3-byte, 2 of 3 */
+        {"a\xe6", "a"},
+        {"\xf0\x9f\x98\x80", "\xf0\x9f\x98\x80"},       /* whole 4-byte */
+        {"x\xf0\x9f\x98", "x"},                       /* 4-byte, 3 of 4 */
+        {"\xe6\x8a\xb1\xe6\x8a", "\xe6\x8a\xb1"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[16];
+        snprintf(buf, sizeof(buf), "%s", cases[i].in);
+        util_utf8_cut_end(buf);
+        assert_string_equal(buf, cases[i].out);
+        assert_true(util_utf8_valid(buf, strlen(buf)));
+    }
 }
 
 /* Whole files, across the buffer's growth, with NULs inside; a missing
@@ -236,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_clamp_ll),
         cmocka_unit_test(test_ltoa),
         cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_utf8_cut_end),
         cmocka_unit_test(test_hex4_and_utf8_put),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
