@@ -143,7 +143,11 @@ static const char script_finish[] = SCRIPT_HEAD
  * bucket by the difference between a call's estimate and its usage.
  * The buckets refill by Redis's clock, not the callers': with the callers'
  * own, a machine whose clock was ahead saw the time since a slower one's
- * write as a full refill on every call, and took the whole limit. */
+ * write as a full refill on every call, and took the whole limit.  A
+ * bucket without a limit (0) stays full: taken from, it ran into a debt
+ * as large as the traffic, and a limit set later (another worker's
+ * config, a deploy) made the calls wait it out, for hours.  A debt (the
+ * usage above its estimate, a limit lowered) is at most a minute's worth. */
 static const char script_rate[] = SCRIPT_HEAD
     "local tm = redis.call('TIME')\n"
     "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
@@ -165,6 +169,8 @@ static const char script_rate[] = SCRIPT_HEAD
     "  if tpm > 0 and t < need then wait = math.max(wait, math.ceil((need - t) * 60000 / tpm)) end\n"
     "  if wait == 0 then r = r - 1 t = t - cost end\n"
     "end\n"
+    "if rpm <= 0 then r = rcap else r = math.max(r, -rpm) end\n"
+    "if tpm <= 0 then t = tcap else t = math.max(t, -tpm) end\n"
     "redis.call('HSET', KEYS[1], 'r', tostring(r), 't', tostring(t), 'ts', now)\n"
     "redis.call('PEXPIRE', KEYS[1], 120000)\n"
     "return head('ok', '', wait, 0, 0)\n";

@@ -209,3 +209,37 @@ def test_jobs_waiting_for_a_limit_wait_in_line(stack):
     # and one ask per wait: tens, where the crowd made thousands
     assert c1 - c0 <= 20 * (done + (t1 - t0)), (c1 - c0, done)
     stack.stop_worker(w, signal.SIGKILL)
+
+
+def test_a_bucket_without_a_limit_runs_into_no_debt(stack):
+    """Tokens per minute limited, requests not: the requests bucket was
+    taken from all the same, one a call, with no refill (a limit of 0),
+    so 400 calls left it 399 requests in debt, and a worker with a
+    requests limit set later (another config, a deploy) waited that debt
+    out: 4 s here at 100 calls a second, hours after a day's traffic."""
+    key = "retort:rate:{%s/v1|mock-1}" % stack.llm_url
+    r = stack.redis_client()
+    w = stack.start_worker("--set", "ratelimit.tpm=60000000", "--set", "llm.max_inflight=200", name="tpm-only")
+    ids = ["nodebt-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(400)]
+    stack.produce_jobs([job(j) for j in ids])
+    stack.wait_outcomes(ids, timeout=90)
+    # the stored level of the bucket without a limit: full (a second's
+    # worth of nothing is 1), not 1 - 400
+    assert float(r.hget(key, "r")) == 1.0, r.hgetall(key)
+    assert stack.stop_worker(w) == 0
+    w = stack.start_worker("--set", "ratelimit.rpm=6000", "--set", "ratelimit.tpm=60000000", name="with-rpm")
+    deadline = time.time() + 30
+    while "assigned" not in stack.worker_log(w.name):
+        assert time.time() < deadline, "the worker never joined"
+        time.sleep(0.1)
+    ids = ["nodebt2-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(20)]
+    t0 = time.time()
+    stack.produce_jobs([job(j) for j in ids])
+    stack.wait_outcomes(ids, timeout=60)
+    # 20 calls at 100 a second after a burst of 100: no wait; in debt, the
+    # first waited 4 s.  The calls' own times, from their records (the
+    # outcomes are read by polling, which adds its own delay).
+    last = max(datetime.datetime.fromisoformat(json.loads(rec)["finished_at"].replace("Z", "+00:00")).timestamp()
+               for j in ids for rec in r.lrange("retort:job:{%s}:history" % j, 0, -1))
+    assert last - t0 < 2.5, last - t0
+    assert stack.stop_worker(w) == 0
