@@ -245,6 +245,35 @@ def test_an_owner_that_took_over_from_the_one_waited_for_gets_its_own_grace(stac
     assert stack.stop_worker(w) == 0
 
 
+def test_a_late_outcome_of_a_run_reset_by_resubmit_is_dropped(stack):
+    """`retort resubmit` resets a job (only the next run's number and
+    status 'resubmitted' stay) while an attempt of the earlier run still
+    runs somewhere (here: the reset lands during a 3 s call).  That
+    attempt's record found no owner and took the job for lost state: it
+    wrote itself back as the job's outcome, and the new run's message then
+    found the job done, with the old run's answer."""
+    w = stack.start_worker()
+    jid = uid("reset-late")
+    key, hist = "retort:job:{%s}" % jid, "retort:job:{%s}:history" % jid
+    stack.produce_jobs([job(jid, directive="latency_ms=3000")])
+    deadline = time.time() + 30
+    while not stack.llm_stats()["calls"].get(jid + ":1"):
+        assert time.time() < deadline, "the attempt never called the LLM"
+        time.sleep(0.05)
+    r = stack.redis_client()
+    # what script_reset leaves (worker/batch_submit.c)
+    r.delete(key, hist)
+    r.hset(key, mapping={"run": 2, "status": "resubmitted", "updated": 1})
+    deadline = time.time() + 20
+    while "dropping our result" not in stack.worker_log(w.name):
+        assert time.time() < deadline, r.hgetall(key)
+        time.sleep(0.1)
+    assert r.hgetall(key) == {"run": "2", "status": "resubmitted", "updated": "1"}
+    assert r.llen(hist) == 0
+    assert not [m for m in stack.outcomes() if m["value"]["job_id"] == jid]
+    assert stack.stop_worker(w) == 0
+
+
 def repair_at_call(stack, attempt, prefix, *args, name=None):
     """A worker (retry.local) and a job whose attempt 1 fails; returns them
     once `attempt` has called the LLM (1.5 s a call)."""
