@@ -2107,8 +2107,8 @@ static cJSON *find_schema(const cJSON *req, enum api api, const chat *c)
 
     if (api == API_OPENAI)
         s = obj_get(obj_get(obj_get(req, "response_format"), "json_schema"), "schema");
-    else
-        s = obj_get(obj_get(req, "output_format"), "schema");
+    else if (!(s = obj_get(obj_get(obj_get(req, "output_config"), "format"), "schema")))
+        s = obj_get(obj_get(req, "output_format"), "schema"); /* the beta form */
     if (cJSON_IsObject(s) || cJSON_IsBool(s))
         return cJSON_Duplicate(s, 1);
     if (src && (at = strstr(src, "JSON Schema:")) != NULL) {
@@ -2299,7 +2299,7 @@ typedef struct llm_in {
     enum api api;
     const char *body;
     size_t len;
-    const char *job_id, *attempt_hdr, *authorization, *x_api_key;
+    const char *job_id, *attempt_hdr, *authorization, *x_api_key, *anthropic_beta;
 } llm_in;
 
 /* Produces the complete answer of one LLM request (status, body, delay). */
@@ -2336,6 +2336,14 @@ static void llm_answer(const llm_in *in, answer *a)
     if (!cJSON_IsObject(req) || !cJSON_IsArray(obj_get(req, "messages"))) {
         error_body(a, in->api, 400, "invalid request: the body must be a JSON object with messages (mock)");
         plain_invalid_request(a, in->api);
+        goto done;
+    }
+    /* As Anthropic: structured outputs are output_config.format; the beta
+     * form, output_format, needs its beta header. */
+    if (in->api == API_ANTHROPIC && obj_get(req, "output_format") &&
+        (!in->anthropic_beta || !strstr(in->anthropic_beta, "structured-outputs-2025-11-13"))) {
+        error_body(a, in->api, 400, "output_format: Extra inputs are not permitted (mock: send output_config.format, "
+                                    "or the anthropic-beta header structured-outputs-2025-11-13)");
         goto done;
     }
     chat_read(req, in->api, &c);
@@ -2738,6 +2746,7 @@ static enum MHD_Result handle_complete(req *r, const char *method, const char *u
     in.attempt_hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Retort-Attempt");
     in.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     in.x_api_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+    in.anthropic_beta = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "anthropic-beta");
     if (r->too_large) {
         error_body(&r->ans, in.api, 413, status_message(413));
         r->ans.delay_ms = 0;

@@ -148,7 +148,12 @@ static char *build_anthropic(const llm_api_request *req, size_t *len) {
     char *schema_owned = NULL;
     char *out = NULL;
     const cJSON *params = req->params;
+    /* Structured outputs as Anthropic made them generally available:
+     * output_config.format, no beta header (the beta's output_format,
+     * sent without its header, is refused: 400).  A job's own
+     * output_config (or output_format) param replaces it whole. */
     int with_of = req->schema && llm_api_sends_schema(req->provider, req->response_format) &&
+                  !anthropic_param_later(params, NULL, "output_config") &&
                   !anthropic_param_later(params, NULL, "output_format");
     if (sbuf_reserve(&b, 2048 + (with_of && req->schema_json ? strlen(req->schema_json) : 0))) goto cleanup;
     if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model))) goto cleanup;
@@ -179,8 +184,8 @@ static char *build_anthropic(const llm_api_request *req, size_t *len) {
     if (with_of) {
         const char *schema_json = req->schema_json;
         if (!schema_json && !(schema_json = schema_owned = jsonout_print(req->schema))) goto cleanup;
-        if (sbuf_puts(&b, ",\"output_format\":{\"type\":\"json_schema\",\"schema\":") ||
-            sbuf_puts(&b, schema_json) || sbuf_puts(&b, "}"))
+        if (sbuf_puts(&b, ",\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":") ||
+            sbuf_puts(&b, schema_json) || sbuf_puts(&b, "}}"))
             goto cleanup;
     }
     const cJSON *p;

@@ -27,3 +27,18 @@ def test_anthropic_provider(stack):
     assert escs[refused]["category"] == "refusal" and escs[refused]["attempts"] == 1
     assert finals[overloaded]["attempts"] == 1
     assert stack.llm_stats()["calls"]["%s:1" % overloaded] == 2
+
+
+def test_anthropic_structured_outputs(stack):
+    """llm.response_format=on with Anthropic: the schema goes as
+    output_config.format (generally available, no beta header).  Sent as
+    the beta's output_format without its header, Anthropic (and the mock)
+    answers 400, and every job escalated as a bad request."""
+    stack.start_worker("--set", "llm.provider=anthropic", "--set", "llm.api_key_env=ANTHROPIC_KEY",
+                       "--set", "llm.model=claude-test", "--set", "llm.response_format=on")
+    ids = [uid("a-so"), uid("a-so")]
+    stack.produce_jobs([job(ids[0], schema="ticket.v1"), job(ids[1], schema="invoice.v1")])
+    stack.wait_outcomes(ids)
+    finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
+    assert all(finals[j]["attempts"] == 1 for j in ids), [m["value"] for m in stack.consume("retort.escalations")
+                                                          if m["value"]["job_id"] in ids]

@@ -164,7 +164,7 @@ def anthropic(user, system=None, schema=None, history=(), last_user=None):
     if system is not None:
         body["system"] = system
     if schema is not None:
-        body["output_format"] = {"type": "json_schema", "schema": schema}
+        body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
     return body
 
 
@@ -224,10 +224,17 @@ def test_anthropic_messages(base):
     assert resp["stop_reason"] == "end_turn" and resp["content"][0]["type"] == "text"
     assert is_valid(json.loads(resp["content"][0]["text"]), PRODUCT)
     assert resp["usage"]["output_tokens"] == math.ceil(len(resp["content"][0]["text"].encode()) / 4)
-    # output_format wins over the system prompt
+    # output_config.format wins over the system prompt
     other = {"type": "object", "properties": {"n": {"type": "integer", "const": 7}}, "required": ["n"]}
     _, _, resp, _ = call(base, "/v1/messages", anthropic("x", system=system, schema=other))
     assert json.loads(resp["content"][0]["text"]) == {"n": 7}
+    # the beta form: with its header only, as Anthropic
+    beta = anthropic("x", system=system)
+    beta["output_format"] = {"type": "json_schema", "schema": other}
+    st, _, resp, _ = call(base, "/v1/messages", beta)
+    assert st == 400 and resp["error"]["type"] == "invalid_request_error", resp
+    st, _, resp, _ = call(base, "/v1/messages", beta, headers={"anthropic-beta": "structured-outputs-2025-11-13"})
+    assert st == 200 and json.loads(resp["content"][0]["text"]) == {"n": 7}
     st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock defect=refusal]]", system=system))
     assert st == 200 and resp["stop_reason"] == "refusal"
     st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock defect=truncated]]", system=system))

@@ -264,7 +264,7 @@ static void test_build_bodies(void **s) {
     assert_string_equal(cJSON_GetObjectItem(b, "system")->valuestring, "S");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "messages")), 1);
     assert_int_equal(cJSON_GetObjectItem(b, "max_tokens")->valueint, 1024);
-    assert_null(cJSON_GetObjectItem(b, "output_format")); /* auto: schema in the prompt */
+    assert_null(cJSON_GetObjectItem(b, "output_config")); /* auto: schema in the prompt */
     cJSON_Delete(b);
     free(body);
     cJSON_Delete(loose);
@@ -277,7 +277,8 @@ static void test_build_bodies(void **s) {
  * level, max_completion_tokens written as max_tokens, a param replacing
  * Retort's member of the same name (the last one of a name wins, in its
  * place), model/messages/stream params ignored, the schema in
- * output_format only when sent. */
+ * output_config.format only when sent (a job's own output_config or beta
+ * output_format replaces it). */
 static void anthropic_body_is(const char *msgs, const char *params, const char *schema_text, llm_response_format rf,
                               int max_tokens, const char *want) {
     cJSON *m = cJSON_Parse(msgs), *p = params ? cJSON_Parse(params) : NULL, *sch = schema_text ? cJSON_Parse(schema_text) : NULL;
@@ -309,7 +310,7 @@ static void test_anthropic_body(void **s) {
                       "{\"temperature\":0.5,\"max_completion_tokens\":77,\"system\":\"override\",\"top_k\":3,"
                       "\"max_tokens\":99,\"model\":\"no\",\"stream\":true}",
                       sch, LLM_RF_ON, 1024,
-                      "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}},\"temperature\":0.5,\"system\":\"override\",\"top_k\":3,\"max_tokens\":99}");
+                      "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}}},\"temperature\":0.5,\"system\":\"override\",\"top_k\":3,\"max_tokens\":99}");
     anthropic_body_is("[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, sch, LLM_RF_AUTO, 512,
                       "{\"model\":\"claude-x\",\"max_tokens\":512,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
     anthropic_body_is(msgs, "{\"output_format\":{\"type\":\"json_schema\",\"schema\":{}},\"temperature\":1}", sch,
@@ -318,7 +319,10 @@ static void test_anthropic_body(void **s) {
     anthropic_body_is(msgs, "{\"max_tokens\":5,\"temperature\":1,\"max_completion_tokens\":7}", NULL, LLM_RF_ON, 1024,
                       "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"system\":\"S1\\n\\nS2\",\"temperature\":1,\"max_tokens\":7}");
     anthropic_body_is("[]", "{}", sch, LLM_RF_ON, 0,
-                      "{\"model\":\"claude-x\",\"max_tokens\":0,\"messages\":[],\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}}}");
+                      "{\"model\":\"claude-x\",\"max_tokens\":0,\"messages\":[],\"output_config\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}}}}");
+    /* a job's own output_config wins whole (its effort, its format) */
+    anthropic_body_is("[]", "{\"output_config\":{\"effort\":\"low\"}}", sch, LLM_RF_ON, 9,
+                      "{\"model\":\"claude-x\",\"max_tokens\":9,\"messages\":[],\"output_config\":{\"effort\":\"low\"}}");
 }
 
 static void test_reflection_prompt(void **s) {
