@@ -29,12 +29,29 @@ int llm_api_sends_schema(llm_provider provider, llm_response_format rf) {
     return 1;
 }
 
+/* Keywords OpenAI's strict mode refuses (the request fails, 400): a
+ * schema that uses one goes with strict false. */
+static const char *const strict_refused[] = {
+    "patternProperties", "unevaluatedProperties", "propertyNames", "minProperties", "maxProperties",
+    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems", "contains", "minContains",
+    "maxContains", "uniqueItems", "allOf", "not", "if", "then", "else"};
+
+static int is_object_schema(const cJSON *s) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (cJSON_IsString(type)) return !strcmp(type->valuestring, "object");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, type) if (cJSON_IsString(t) && !strcmp(t->valuestring, "object")) return 1;
+    return cJSON_GetObjectItemCaseSensitive(s, "properties") != NULL;
+}
+
 static int strict_walk(const cJSON *s, int depth) {
     if (!cJSON_IsObject(s) || depth > 32) return cJSON_IsBool(s) ? 1 : depth <= 32;
-    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
-    if (props) {
-        const cJSON *ap = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
-        if (!cJSON_IsFalse(ap)) return 0;
+    for (size_t i = 0; i < sizeof(strict_refused) / sizeof(strict_refused[0]); i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, strict_refused[i])) return 0;
+    if (is_object_schema(s)) {
+        /* every object closed, with or without properties of its own */
+        if (!cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(s, "additionalProperties"))) return 0;
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
         const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
         const cJSON *p;
         cJSON_ArrayForEach(p, props) {
@@ -45,7 +62,7 @@ static int strict_walk(const cJSON *s, int depth) {
             if (!found || !strict_walk(p, depth + 1)) return 0;
         }
     }
-    static const char *const subs[] = {"items", "$defs", "definitions", "anyOf", "allOf", "oneOf"};
+    static const char *const subs[] = {"items", "$defs", "definitions", "anyOf", "oneOf", "prefixItems"};
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, subs[i]);
         if (!v) continue;
@@ -59,7 +76,10 @@ static int strict_walk(const cJSON *s, int depth) {
     return 1;
 }
 
-int llm_api_schema_is_strict(const cJSON *schema) { return strict_walk(schema, 0); }
+/* The root must be an object, not a union of them. */
+int llm_api_schema_is_strict(const cJSON *schema) {
+    return cJSON_IsObject(schema) && is_object_schema(schema) && strict_walk(schema, 0);
+}
 
 static int param_skipped(const char *name) {
     return !name || !strcmp(name, "model") || !strcmp(name, "messages") || !strcmp(name, "stream");

@@ -38,8 +38,12 @@ char *llm_api_build_body(const llm_api_request *req, size_t *len);
  * so the prompt need not carry it. */
 int llm_api_sends_schema(llm_provider provider, llm_response_format rf);
 
-/* 1 when the schema meets OpenAI's strict mode: every object closes
- * additionalProperties and requires all of its properties. */
+/* 1 when the schema meets OpenAI's strict mode: an object at the root,
+ * every object (with properties or not) closed by additionalProperties
+ * false and requiring all of its properties, and no keyword strict mode
+ * refuses (patternProperties, allOf, not, if, uniqueItems...).  Otherwise
+ * the schema goes with strict false: sent as strict, OpenAI refuses the
+ * request (400), and every job of the schema escalated. */
 int llm_api_schema_is_strict(const cJSON *schema);
 
 typedef struct llm_api_result {

@@ -251,6 +251,36 @@ static void test_build_bodies(void **s) {
     cJSON *loose = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{}}}");
     assert_false(llm_api_schema_is_strict(loose));
     assert_true(llm_api_schema_is_strict(sch));
+    static const struct {
+        const char *schema;
+        int strict;
+    } strict_cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"],"
+         "\"additionalProperties\":false}", 1},
+        {"{\"type\":\"object\",\"additionalProperties\":false}", 1},       /* closed, no properties */
+        {"{\"type\":\"object\"}", 0},                                      /* open */
+        {"{\"type\":\"object\",\"properties\":{\"meta\":{\"type\":\"object\"}},\"required\":[\"meta\"],"
+         "\"additionalProperties\":false}", 0},                              /* an open object inside */
+        {"{\"type\":\"object\",\"properties\":{\"m\":{\"type\":[\"object\",\"null\"],\"additionalProperties\":{}}},"
+         "\"required\":[\"m\"],\"additionalProperties\":false}", 0},     /* open through a type list */
+        {"{\"type\":\"object\",\"additionalProperties\":false,\"patternProperties\":{\"^x\":{}}}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},"
+         "\"uniqueItems\":true}},\"required\":[\"t\"],\"additionalProperties\":false}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"t\":{\"type\":\"array\",\"items\":{\"type\":\"object\","
+         "\"properties\":{\"k\":{\"type\":\"integer\"}},\"required\":[\"k\"],\"additionalProperties\":false}}},"
+         "\"required\":[\"t\"],\"additionalProperties\":false}", 1},   /* closed objects in an array */
+        {"{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false,\"allOf\":[{}]}", 0},
+        {"{\"anyOf\":[{\"type\":\"object\",\"additionalProperties\":false}]}", 0}, /* root not an object */
+        {"{\"type\":\"string\"}", 0},
+        {"{\"type\":\"object\",\"$defs\":{\"o\":{\"type\":\"object\"}},\"additionalProperties\":false}", 0},
+    };
+    for (size_t i = 0; i < sizeof(strict_cases) / sizeof(strict_cases[0]); i++) {
+        cJSON *c = cJSON_Parse(strict_cases[i].schema);
+        assert_non_null(c);
+        if (llm_api_schema_is_strict(c) != strict_cases[i].strict)
+            fail_msg("strict %d expected for %s", strict_cases[i].strict, strict_cases[i].schema);
+        cJSON_Delete(c);
+    }
     req.schema = loose;
     req.response_format = LLM_RF_AUTO;
     body = llm_api_build_body(&req, NULL);
