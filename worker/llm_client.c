@@ -292,17 +292,20 @@ static const char *header_value(CURL *easy, const char *name, int last, char *bu
  * curl_easy_header, so they are read here, when wanted, rather than
  * through a callback for every header line of every answer.  Only the
  * last response counts (a redirect's or a 100-continue's do not). */
+#define RETRY_AFTER_MAX_MS 86400000LL /* a day; llm.backoff_max_ms caps it further */
+
 static void read_retry_headers(CURL *easy, llm_call *call) {
     char v[256];
     if (header_value(easy, "retry-after-ms", 1, v, sizeof(v))) {
         double ms = strtod(v, NULL);
-        if (ms >= 0) call->retry_after_ms = (long)ms;
+        /* clamped before the cast: a server's "1e300" or "inf" is a day */
+        if (ms >= 0) call->retry_after_ms = (long)util_clamp_ll(ms, 0, RETRY_AFTER_MAX_MS);
     }
     if (call->retry_after_ms < 0 && header_value(easy, "retry-after", 0, v, sizeof(v))) {
         char *end;
         double secs = strtod(v, &end);
         if (end != v && *end == '\0') {
-            call->retry_after_ms = (long)(secs * 1000);
+            if (secs >= 0) call->retry_after_ms = (long)util_clamp_ll(secs * 1000, 0, RETRY_AFTER_MAX_MS);
         } else {
             time_t when = curl_getdate(v, NULL);
             if (when > 0) {

@@ -58,6 +58,26 @@ def scrape_metrics(port):
     return samples, types
 
 
+def send_json(handler, status, obj, headers=()):
+    """Answers an http.server request with obj as JSON (tests' own LLMs)."""
+    out = json.dumps(obj).encode()
+    handler.send_response(status)
+    for name, value in headers:
+        handler.send_header(name, value)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(out)))
+    handler.end_headers()
+    handler.wfile.write(out)
+
+
+def chat_completion(content, prompt_tokens=10, completion_tokens=5):
+    """An OpenAI chat completion answering content."""
+    return {"id": "c1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
+
+
 def _read_line(proc, prefix, timeout=20):
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -1,14 +1,16 @@
 """End to end: jobs from Kafka through the mock LLM and the schema validator
 to final, retry, escalation and dead-letter events, with state in Redis."""
+import http.server
 import json
 import signal
+import threading
 import time
 import uuid
 import zlib
 
 import pytest
 
-from stack import free_port, job, scrape_metrics
+from stack import chat_completion, free_port, job, scrape_metrics, send_json
 
 
 def uid(prefix):
@@ -271,6 +273,47 @@ def test_the_servers_retry_headers_are_read(stack, directive, calls, topic, wait
         assert "again in %d ms" % wait_ms in stack.worker_log(w.name)
 
 
+class HugeRetryAfterLLM(http.server.BaseHTTPRequestHandler):
+    """429 with a Retry-After beyond any integer on each job's first call,
+    then an answer."""
+    header = ("Retry-After", "1e300")
+    seen = set()
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        jid = self.headers.get("X-Retort-Job-Id")
+        if jid not in HugeRetryAfterLLM.seen:
+            HugeRetryAfterLLM.seen.add(jid)
+            send_json(self, 429, {"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}},
+                      headers=[HugeRetryAfterLLM.header])
+        else:
+            send_json(self, 200, chat_completion("{}"))
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.parametrize("header", [("Retry-After", "1e300"), ("Retry-After", "inf"), ("retry-after-ms", "1e30")])
+def test_a_retry_after_beyond_any_integer_waits_the_longest_backoff(stack, header):
+    """A wait too large for a long was converted all the same: undefined
+    behaviour (UBSan stopped the worker; x86 made it LONG_MIN, and the
+    header was ignored).  It is clamped first: llm.backoff_max_ms."""
+    HugeRetryAfterLLM.header = header
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HugeRetryAfterLLM)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        w = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+                               "--set", "llm.backoff_base_ms=10", "--set", "llm.backoff_max_ms=700")
+        jid = uid("huge-ra")
+        stack.produce_jobs([job(jid, schema={"type": "object"})])
+        stack.wait_outcomes([jid], timeout=30)
+        assert by_job(stack.consume("retort.final"), jid)
+        assert "again in 700 ms" in stack.worker_log(w.name)
+        assert stack.stop_worker(w) == 0
+    finally:
+        srv.shutdown()
+
+
 def test_fenced_and_prose_answers_are_accepted(stack):
     stack.start_worker()
     ids = [uid("fence"), uid("prose")]
@@ -289,16 +332,18 @@ def test_malformed_jobs_go_to_dlq_and_work_continues(stack, envelopes):
         ("bad-utf8", b'{"job_id":"x\xff"}'),
         ("bad-job", {"job_id": "bad-job", "schema": "product.v1"}),  # neither prompt nor messages
         ("typo", {"job_id": "typo", "schema": "product.v1", "promt": "x"}),
+        # a key that is not text: an integer serialized as 4 bytes (42)
+        ("\x00\x00\x00*", b"{not json either"),
     ])
     stack.produce_jobs([job(good)])
     stack.wait_outcomes([good])
     deadline = time.time() + 20
     while time.time() < deadline:
         dlq = stack.consume("retort.dlq")
-        if len(dlq) >= 4:
+        if len(dlq) >= 5:
             break
         time.sleep(0.3)
-    assert len(dlq) == 4
+    assert len(dlq) == 5
     for m in dlq:
         envelopes.validate("events/dead_letter.schema.json", m["value"])
         check_headers(envelopes, m, "retort.job.dead_letter", m["headers"]["ce_subject"])
@@ -308,6 +353,10 @@ def test_malformed_jobs_go_to_dlq_and_work_continues(stack, envelopes):
     assert "UTF-8" in reasons["bad-utf8"]["reason"] and "value_base64" in reasons["bad-utf8"]
     assert reasons["bad-job"]["job_id"] == "bad-job" and reasons["bad-job"]["violations"]
     assert "promt" in json.dumps(reasons["typo"])
+    # the dead letter goes out under the same 4 bytes, and says them in base64
+    binary = reasons["\x00\x00\x00*"]
+    assert binary["key_base64"] == "AAAAKg==" and "key" not in binary and binary["value"] == "{not json either"
+    assert reasons["bad-json"]["key"] == "bad-json"
 
 
 def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stack, envelopes):

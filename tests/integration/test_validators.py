@@ -7,7 +7,7 @@ import subprocess
 import threading
 import uuid
 
-from stack import BUILD, REPO, job
+from stack import BUILD, REPO, chat_completion, job, send_json
 
 
 def uid(prefix):
@@ -70,15 +70,7 @@ class CapturingLLM(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         CapturingLLM.bodies.append(json.loads(body))
-        out = json.dumps({"id": "c1", "object": "chat.completion", "model": "m",
-                          "choices": [{"index": 0, "finish_reason": "stop",
-                                       "message": {"role": "assistant", "content": CapturingLLM.answer}}],
-                          "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        send_json(self, 200, chat_completion(CapturingLLM.answer))
 
     def log_message(self, *a):
         pass
