@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "log.h"
 #include "sticky.h"
 
@@ -132,12 +134,29 @@ static int listed(const char *const *list, const char *key) {
     return 0;
 }
 
+/* Consumer properties the worker's guarantees rest on: offsets are stored
+ * only when every message below is done, and commits carry just those.
+ * Automatic storing would commit messages still in flight (lost at a
+ * crash); no commits, every message again at each restart. */
+static const char *const consumer_fixed[][2] = {{"enable.auto.offset.store", "false"},
+                                                {"enable.auto.commit", "true"}};
+
 static void conf_apply(const char *key, const char *value, void *ud) {
     conf_ctx *cc = ud;
     if (cc->failed) return;
     if (!strncmp(key, cc->skip, strlen(cc->skip))) return;
     if (!strncmp(key, cc->only, strlen(cc->only))) key += strlen(cc->only);
     else if (listed(cc->foreign, key)) return;
+    for (size_t i = 0; !strcmp(cc->only, "consumer.") && i < sizeof(consumer_fixed) / sizeof(consumer_fixed[0]); i++) {
+        if (!strcmp(key, consumer_fixed[i][0]) && strcmp(value, consumer_fixed[i][1])) {
+            snprintf(cc->err, cc->errlen,
+                     "config key 'kafka.%s': must stay %s (the worker stores each offset once every message "
+                     "below it is done, and commits only those)",
+                     key, consumer_fixed[i][1]);
+            cc->failed = 1;
+            return;
+        }
+    }
     char errstr[512];
     if (rd_kafka_conf_set(cc->conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
         snprintf(cc->err, cc->errlen, "config key 'kafka.%s': %s", key, errstr);
@@ -164,10 +183,46 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) 
     log_warn(NULL, 0, "kafka: %s", reason);
 }
 
+/* The consumer's statistics (every few seconds): while "all brokers
+ * down" stands, a broker that is up again ends it.  Nothing else says so
+ * when no message is produced and no rebalance comes (a short outage of
+ * an idle worker), and /readyz stayed "kafka down" for good.  Read only
+ * then; the internal and logical brokers (source "internal", "logical")
+ * say nothing of the cluster. */
+static int stats_cb(rd_kafka_t *rk, char *json, size_t json_len, void *opaque) {
+    kafka_io *k = opaque;
+    if (!k->brokers_down) return 0;
+    cJSON *doc = cJSON_ParseWithLength(json, json_len);
+    const cJSON *b;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(doc, "brokers")) {
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+        const cJSON *source = cJSON_GetObjectItemCaseSensitive(b, "source");
+        if (cJSON_IsString(state) && !strcmp(state->valuestring, "UP") && cJSON_IsString(source) &&
+            (!strcmp(source->valuestring, "learned") || !strcmp(source->valuestring, "configured"))) {
+            k->brokers_down = 0;
+            log_info(NULL, 0, "kafka: broker %s is up again", b->string);
+            break;
+        }
+    }
+    cJSON_Delete(doc);
+    return 0;
+}
+
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
     kafka_io *k = opaque;
     if (!msg->err) k->brokers_down = 0;
     k->cbs.on_delivery(k->cbs.ud, msg->_private, msg->err);
+}
+
+/* An assignment librdkafka refused (its state, a conflict) leaves
+ * partitions unfetched or fetched twice: said, never silent.  Takes error. */
+static void assign_result(rd_kafka_error_t *error, rd_kafka_resp_err_t err, const char *what) {
+    if (error) {
+        log_error(NULL, 0, "kafka %s failed: %s", what, rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+    } else if (err) {
+        log_error(NULL, 0, "kafka %s failed: %s", what, rd_kafka_err2str(err));
+    }
 }
 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -181,8 +236,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     int cooperative = k->cooperative;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         log_info(NULL, 0, "assigned %d partition(s)", parts->cnt);
-        if (cooperative) rd_kafka_incremental_assign(rk, parts);
-        else rd_kafka_assign(rk, parts);
+        if (cooperative) assign_result(rd_kafka_incremental_assign(rk, parts), 0, "incremental assign");
+        else assign_result(NULL, rd_kafka_assign(rk, parts), "assign");
         /* Both ways, explicitly: librdkafka (2.0) keeps a partition's
          * pause across a revoke and a later assign, and kafka_io_resume
          * resumes only what is assigned then.  A partition revoked while
@@ -195,8 +250,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                  rd_kafka_assignment_lost(rk) ? " (lost)" : "");
         drop_held(k, parts);
         if (k->cbs.on_revoke) k->cbs.on_revoke(k->cbs.ud, parts);
-        if (cooperative) rd_kafka_incremental_unassign(rk, parts);
-        else rd_kafka_assign(rk, NULL);
+        if (cooperative) assign_result(rd_kafka_incremental_unassign(rk, parts), 0, "incremental unassign");
+        else assign_result(NULL, rd_kafka_assign(rk, NULL), "unassign");
     }
     if (k->assignment) rd_kafka_topic_partition_list_destroy(k->assignment);
     k->assignment = NULL;
@@ -248,6 +303,16 @@ static int hold(kafka_io *k, rd_kafka_message_t *msg, int front) {
     return 0;
 }
 
+/* Out of memory holding msg.  Dropped, it would be lost for good: the
+ * consumer's position is past it, and the later messages of its partition,
+ * done, would commit past it.  A restart fetches it again from the last
+ * commit, which is below it. */
+static void hold_failed(kafka_io *k, rd_kafka_message_t *msg) {
+    log_error(NULL, 0, "out of memory holding a message of %s[%d]@%lld; exiting", k->jobs, msg->partition,
+              (long long)msg->offset);
+    exit(3);
+}
+
 static rd_kafka_message_t *unhold(kafka_io *k) {
     if (!k->held_n) return NULL;
     rd_kafka_message_t *msg = k->held[0];
@@ -283,13 +348,7 @@ void kafka_io_poll(kafka_io *k) {
              * partitions instead would throw away librdkafka's prefetched
              * messages and cost a fetch round trip on every resume; the
              * queue stays bounded by queued.max.messages.kbytes. */
-            if (hold(k, msg, 1)) {
-                /* Out of memory: give the message up unstored; it comes
-                 * again after a restart or rebalance. */
-                log_error(NULL, 0, "out of memory holding a message of %s[%d]@%lld", k->jobs, msg->partition,
-                          (long long)msg->offset);
-                rd_kafka_message_destroy(msg);
-            }
+            if (hold(k, msg, 1)) hold_failed(k, msg);
             break;
         }
         rd_kafka_message_destroy(msg);
@@ -324,10 +383,12 @@ static void keepalive_cb(uv_timer_t *t) {
     k->draining = 1;
     rd_kafka_message_t *msg;
     while ((msg = consumer_poll(k))) {
-        if (msg->err || k->stopped || hold(k, msg, 0)) {
+        if (msg->err || k->stopped) {
             if (msg->err && msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
                 log_warn(NULL, 0, "consumer: %s", rd_kafka_message_errstr(msg));
             rd_kafka_message_destroy(msg);
+        } else if (hold(k, msg, 0)) {
+            hold_failed(k, msg);
         }
     }
     k->draining = 0;
@@ -355,7 +416,7 @@ static int make_pipe(int fds[2]) {
     return 0;
 }
 
-kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callbacks *cbs,
+kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka_io_callbacks *cbs,
                        char *err, size_t errlen) {
     kafka_io *k = calloc(1, sizeof(*k));
     rd_kafka_conf_t *cconf = NULL, *pconf = NULL;
@@ -385,6 +446,26 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callba
     conf_ctx cc = {cconf, "consumer.", "producer.", producer_only, err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &cc);
     if (cc.failed) goto fail;
+    /* Static membership: one instance id per process.  The processes of
+     * a supervisor share their config, and members of one id fence each
+     * other (the fenced one's fatal error ends it, the supervisor starts
+     * it again, and it fences the other: no job done). */
+    char gid[256];
+    size_t gid_len = sizeof(gid);
+    if (slot >= 0 && rd_kafka_conf_get(cconf, "group.instance.id", gid, &gid_len) == RD_KAFKA_CONF_OK && gid[0]) {
+        char slotted[300];
+        snprintf(slotted, sizeof(slotted), "%s-%d", gid, slot);
+        if (rd_kafka_conf_set(cconf, "group.instance.id", slotted, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+            snprintf(err, errlen, "config key 'kafka.group.instance.id': %s", errstr);
+            goto fail;
+        }
+        log_info(NULL, 0, "static group membership as %s", slotted);
+    }
+    char si[32];
+    size_t si_len = sizeof(si);
+    if (rd_kafka_conf_get(cconf, "statistics.interval.ms", si, &si_len) == RD_KAFKA_CONF_OK && !strcmp(si, "0"))
+        rd_kafka_conf_set(cconf, "statistics.interval.ms", "3000", NULL, 0);
+    rd_kafka_conf_set_stats_cb(cconf, stats_cb);
     rd_kafka_conf_set_log_cb(cconf, log_cb);
     rd_kafka_conf_set_error_cb(cconf, error_cb);
     rd_kafka_conf_set_rebalance_cb(cconf, rebalance_cb);

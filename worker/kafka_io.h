@@ -30,7 +30,9 @@ typedef struct kafka_io_header {
     const char *value;
 } kafka_io_header;
 
-kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, const kafka_io_callbacks *cbs,
+/* slot: this process's number under a supervisor (worker.processes > 1),
+ * appended to kafka.group.instance.id when set; -1: the only process. */
+kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka_io_callbacks *cbs,
                        char *err, size_t errlen);
 /* Closes the consumer (commits stored offsets, leaves the group) and the
  * producer after a flush of at most timeout_ms.  Accepts NULL. */

@@ -1814,6 +1814,13 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     wjob *j = wjob_new(w, msg->partition, msg->offset, 0);
     if (!j) return 1;
     j->epoch = offsets_add(w->offs, msg->partition, msg->offset);
+    if (!j->epoch) {
+        /* Untracked, the message's offset would be committed past it by
+         * the later ones of its partition: a restart is the safe way on. */
+        log_error(NULL, 0, "out of memory tracking %s[%d]@%lld; exiting", w->t_jobs, msg->partition,
+                  (long long)msg->offset);
+        exit(3);
+    }
     w->inflight++;
 
     char err[512], id[256];
@@ -2279,7 +2286,8 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     lease_renew(&w->lease_timer);
     uv_timer_start(&w->lease_timer, lease_renew, (uint64_t)w->lease_ms / 3, (uint64_t)w->lease_ms / 3);
     kafka_io_callbacks cbs = {on_message, on_delivery, on_revoke, w};
-    w->kio = kafka_io_new(w->loop, cfg, &cbs, err, sizeof(err));
+    w->kio = kafka_io_new(w->loop, cfg, config_get_int(cfg, "worker.processes") > 1 ? slot : -1, &cbs, err,
+                          sizeof(err));
     if (!w->kio) {
         log_error(NULL, 0, "%s", err);
         goto out;

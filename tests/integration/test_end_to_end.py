@@ -682,3 +682,14 @@ def test_fixed_on_third_attempt(stack):
     assert ev["attempts"] == 3
     assert [s["outcome"] for s in ev["summary"]] == ["invalid", "invalid", "valid"]
     assert [s["codes"] for s in ev["summary"]][:2] == [["MISSING_FIELD"], ["MISSING_FIELD"]]
+
+
+@pytest.mark.parametrize("setting", ["kafka.enable.auto.offset.store=true", "kafka.consumer.enable.auto.commit=false"])
+def test_consumer_settings_the_guarantees_rest_on_are_refused(stack, setting):
+    """Offsets stored automatically would be committed for messages still
+    in flight (lost at a crash); with no commits, every message comes again
+    at each start.  Either is a clear error at start, not a silent loss."""
+    w = stack.start_worker("--set", setting)
+    assert w.wait(20) != 0
+    key = setting.split("=")[0].replace("consumer.", "")
+    assert "config key '%s': must stay" % key in stack.worker_log(w.name)

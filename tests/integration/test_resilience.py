@@ -140,6 +140,22 @@ def test_decided_retry_with_its_record_lost_is_asked_again(stack):
     assert final["value"]["attempts"] == 1
 
 
+def test_static_membership_gives_each_process_its_own_instance_id(stack):
+    """kafka.group.instance.id with --processes 2: the processes share the
+    config, and two members of one instance id fence each other (the
+    fenced one's fatal error ends it, the supervisor starts it again, and
+    it fences the other).  Each process joins as ID-SLOT."""
+    sup = stack.start_worker("--processes", "2", "--set", "kafka.group.instance.id=static-w", name="static")
+    prefix = uid("static")
+    ids = ["%s-%03d" % (prefix, i) for i in range(60)]
+    stack.produce_jobs([job(j) for j in ids])
+    check_exactly_once(stack, ids)
+    log = stack.worker_log("static")
+    assert "static group membership as static-w-0" in log and "static group membership as static-w-1" in log
+    assert "fatal" not in log and "restarting" not in log
+    assert stack.stop_worker(sup) == 0
+
+
 def test_an_attempt_running_elsewhere_is_paid_for_once(stack):
     """Two consumer groups read the jobs topic, so every message reaches two
     workers, as a rebalance hands an in-flight job's message to a second
@@ -571,6 +587,41 @@ def test_broker_errors_lose_nothing(control_stack):
     stack.kafka_control("broker_up 1")
     stack.produce_jobs(jobs[150:])
     check_exactly_once(stack, ids)
+    assert stack.stop_worker(w) == 0
+
+
+def test_readiness_comes_back_after_a_short_broker_outage(control_stack):
+    """The broker goes away for 3 s, shorter than the session timeout, so no
+    rebalance follows, and no job comes.  /readyz said "kafka down" from
+    the outage on, for good: only a delivery or a rebalance cleared it."""
+    stack = control_stack
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+
+    def ready():
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    jid = uid("ready")
+    stack.produce_jobs([job(jid)])
+    check_exactly_once(stack, [jid])
+    assert ready()[0] == 200
+    stack.kafka_control("broker_down 1")
+    deadline = time.time() + 15
+    while "kafka down" not in ready()[1]:
+        assert time.time() < deadline, ready()
+        time.sleep(0.2)
+    time.sleep(1)
+    stack.kafka_control("broker_up 1")
+    deadline = time.time() + 20
+    while ready()[0] != 200:
+        assert time.time() < deadline, ready()
+        time.sleep(0.2)
+    assert "is up again" in stack.worker_log(w.name)
+    assert "revoked" not in stack.worker_log(w.name)
     assert stack.stop_worker(w) == 0
 
 
