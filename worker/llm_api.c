@@ -340,6 +340,7 @@ typedef struct oa_scan {
     int depth;
     char *fr, *refusal, *content; /* malloc'd; NULL = absent or not a string */
     long ptoks, ctoks;
+    long cache_w, cache_r;        /* Anthropic: prompt tokens written to / read from its cache */
     int choice;                   /* OpenAI: choices[0] is an object */
     int blocks;                   /* Anthropic: content is an array */
     sbuf text;                    /* Anthropic: its text blocks, joined */
@@ -582,7 +583,7 @@ static int oa_take_string(oa_scan *s, char **dst, int *seen) {
 /* Which of a level's two wanted keys were met already (the first of
  * duplicate keys counts). */
 typedef struct oa_seen {
-    int a, b;
+    int a, b, c, d;
 } oa_seen;
 
 /* An object member that is wanted: its members go to fn when it is an
@@ -593,7 +594,7 @@ static int oa_take_object(oa_scan *s, int *seen, oa_member_fn fn) {
         return oa_value(s);
     }
     *seen = 1;
-    oa_seen q = {0, 0};
+    oa_seen q = {0};
     return oa_object(s, fn, &q);
 }
 
@@ -614,7 +615,7 @@ static int oa_choice_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
 static int oa_first_choice(oa_scan *s, size_t i) {
     if (i == 0 && s->p < s->end && *s->p == '{') {
         s->choice = 1;
-        oa_seen q = {0, 0};
+        oa_seen q = {0};
         return oa_object(s, oa_choice_member, &q);
     }
     return oa_value(s);
@@ -677,9 +678,19 @@ static void anthropic_classify(llm_api_result *out, const char *sr, int blocks, 
     }
 }
 
+/* Anthropic's input_tokens leaves out the prompt tokens written to and
+ * read from its prompt cache; OpenAI's prompt_tokens counts cached ones
+ * too.  The whole prompt, as OpenAI counts it: a job's usage, its token
+ * budget and the tokens-per-minute buckets see every prompt token. */
+static long anthropic_prompt_tokens(long input, long cache_w, long cache_r) {
+    return input + (cache_w > 0 ? cache_w : 0) + (cache_r > 0 ? cache_r : 0);
+}
+
 static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(doc, "usage");
-    out->prompt_tokens = get_long(usage, "input_tokens");
+    out->prompt_tokens = anthropic_prompt_tokens(get_long(usage, "input_tokens"),
+                                                 get_long(usage, "cache_creation_input_tokens"),
+                                                 get_long(usage, "cache_read_input_tokens"));
     out->completion_tokens = get_long(usage, "output_tokens");
     const char *sr = get_str(doc, "stop_reason");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
@@ -729,7 +740,7 @@ static int an_block_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
 static int an_block_elem(oa_scan *s, size_t i) {
     (void)i;
     if (s->p >= s->end || *s->p != '{') return oa_value(s);
-    an_block b = {NULL, NULL, {0, 0}};
+    an_block b = {NULL, NULL, {0}};
     int r = oa_object(s, an_block_member, &b);
     if (!r && b.type && b.text && !strcmp(b.type, "text") && sbuf_puts(&s->text, b.text)) r = -1;
     free(b.type);
@@ -741,6 +752,8 @@ static int an_usage_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     oa_seen *q = ctx;
     if (OA_KEY(k, kl, "input_tokens")) return oa_take_count(s, &s->ptoks, &q->a);
     if (OA_KEY(k, kl, "output_tokens")) return oa_take_count(s, &s->ctoks, &q->b);
+    if (OA_KEY(k, kl, "cache_creation_input_tokens")) return oa_take_count(s, &s->cache_w, &q->c);
+    if (OA_KEY(k, kl, "cache_read_input_tokens")) return oa_take_count(s, &s->cache_r, &q->d);
     return oa_value(s);
 }
 
@@ -766,7 +779,7 @@ int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_re
     oa_scan s = {0};
     s.p = body;
     s.end = body + len;
-    oa_seen q = {0, 0};
+    oa_seen q = {0};
     an_top_seen aq = {0, 0, 0};
     int anthropic = provider == LLM_PROVIDER_ANTHROPIC;
     oa_ws(&s);
@@ -780,6 +793,7 @@ int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_re
     out->prompt_tokens = s.ptoks;
     out->completion_tokens = s.ctoks;
     if (anthropic) {
+        out->prompt_tokens = anthropic_prompt_tokens(s.ptoks, s.cache_w, s.cache_r);
         size_t total = s.text.len;
         if (s.blocks) out->text = sbuf_take(&s.text);
         anthropic_classify(out, s.fr, s.blocks, total);

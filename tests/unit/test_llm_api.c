@@ -615,6 +615,21 @@ static void test_anthropic_scan(void **s) {
     CHECK_SCAN_ANTHROPIC("{\"content\":\"text\"}", 1);
     CHECK_SCAN_ANTHROPIC("{\"usage\":{\"input_tokens\":\"9\"}}", 1);
     CHECK_SCAN_ANTHROPIC("{}", 1);
+    /* the prompt's tokens include those written to and read from the
+     * cache (input_tokens leaves them out; OpenAI's prompt_tokens counts
+     * them): 9 + 100 + 2,000 */
+    const char *cached = "{\"content\":[{\"type\":\"text\",\"text\":\"{}\"}],\"stop_reason\":\"end_turn\","
+                         "\"usage\":{\"input_tokens\":9,\"cache_creation_input_tokens\":100,"
+                         "\"cache_read_input_tokens\":2000,\"output_tokens\":4}}";
+    for (int dom = 0; dom < 2; dom++) {
+        if (dom) llm_api_parse_dom(LLM_PROVIDER_ANTHROPIC, 200, cached, strlen(cached), &r);
+        else assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, cached, strlen(cached), &r), 0);
+        assert_int_equal(r.prompt_tokens, 2109);
+        assert_int_equal(r.completion_tokens, 4);
+        llm_api_result_clear(&r);
+    }
+    CHECK_SCAN_ANTHROPIC("{\"usage\":{\"input_tokens\":9,\"cache_read_input_tokens\":null,"
+                         "\"cache_creation_input_tokens\":-5,\"cache_read_input_tokens\":7}}", 1);
     /* left to cJSON */
     CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"a\\u0000b\"}]}", 0);
     CHECK_SCAN_ANTHROPIC("{\"usage\":{\"output_tokens\":4.0},\"content\":[]}", 0);
