@@ -1355,6 +1355,9 @@ static void rate_wait_cb(uv_timer_t *t) {
 
 static void on_rate(void *ud, const state_reply *r) {
     wjob *j = ud;
+    /* Let through without taking from the bucket: nothing to give back
+     * at settle, only what the call used to take. */
+    if (r->verdict == STATE_ERROR) j->cost = 0;
     if (r->verdict == STATE_ERROR || r->attempt <= 0) {
         if (j->rate_q) rate_granted(j->rate_q);
         else submit_now(j);
@@ -1371,6 +1374,7 @@ static void rate_pump(rate_queue *q) {
         j->cost = rate_cost(w, j);
         q->asking = 1;
         if (!state_rate(w->st, q->key, q->rpm, q->tpm, j->cost, 0, on_rate, j)) return;
+        j->cost = 0;
         rate_granted(q); /* out of memory: not held back */
     }
 }
@@ -1383,8 +1387,10 @@ static void rate_alone(wjob *j) {
     rate_limits(w, j->model, &rpm, &tpm);
     j->cost = rate_cost(w, j);
     char key[1024];
-    if (rate_key(w, j->model, key, sizeof(key)) || state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j))
+    if (rate_key(w, j->model, key, sizeof(key)) || state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j)) {
+        j->cost = 0;
         submit_now(j);
+    }
 }
 
 static void rate_alone_cb(uv_timer_t *t) { rate_alone(t->data); }

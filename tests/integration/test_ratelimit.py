@@ -243,3 +243,33 @@ def test_a_bucket_without_a_limit_runs_into_no_debt(stack):
                for j in ids for rec in r.lrange("retort:job:{%s}:history" % j, 0, -1))
     assert last - t0 < 2.5, last - t0
     assert stack.stop_worker(w) == 0
+
+
+def test_a_call_let_through_on_a_redis_error_takes_what_it_used(stack):
+    """The limiter failing (here: the bucket's key holds a string, so the
+    script errors) lets calls through without taking their estimates; at
+    the end of such a call, it must take what the call used, not give the
+    estimate it never took back: that refund handed other calls tokens
+    that no one had returned.  The key is mended while the calls run."""
+    key = "retort:rate:{%s/v1|mock-1}" % stack.llm_url
+    r = stack.redis_client()
+    r.set(key, "not a bucket")
+    tpm = 600000                      # a second's worth: 10,000 tokens
+    w = stack.start_worker("--set", "ratelimit.tpm=%d" % tpm, name="rl-broken")
+    ids = ["rlerr-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(3)]
+    stack.produce_jobs([job(j, directive="latency_ms=2500") for j in ids])
+    deadline = time.time() + 30
+    while sum(v for k, v in stack.llm_stats()["calls"].items() if k.rsplit(":", 1)[0] in ids) < 3:
+        assert time.time() < deadline, "the calls were held back"
+        time.sleep(0.05)
+    assert r.type(key) == "string"   # every call was let through on the error
+    r.delete(key)
+    outs = stack.wait_outcomes(ids, timeout=60)
+    used = [m["value"]["usage"]["total_tokens"] for m in outs if m["value"]["job_id"] in ids]
+    assert len(used) == 3 and min(used) > 0
+    # the stored level, as of the last settle: the full bucket less what
+    # the last call used (the calls end together: at most a little
+    # refill between them).  Refunding estimates left it full.
+    t = float(r.hget(key, "t"))
+    assert t <= tpm / 60 - min(used), (t, used)
+    assert stack.stop_worker(w) == 0
