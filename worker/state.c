@@ -183,11 +183,13 @@ static const char script_rate[] = SCRIPT_HEAD
 
 /* PUBLISHED: the outcome events of these attempts were delivered (KEYS:
  * the jobs' hashes, ARGV: their attempts in the same order); the marks of
- * a loop turn in one command instead of one per job. */
+ * a loop turn in one command instead of one per job.  A hash that expired
+ * (or was deleted) meanwhile is not made again: it would hold only the
+ * mark, without a TTL, for ever. */
 static const char script_published[] = SCRIPT_HEAD
     "for i, k in ipairs(KEYS) do\n"
     "  local a = tonumber(ARGV[i])\n"
-    "  if (tonumber(redis.call('HGET', k, 'published')) or 0) < a then\n"
+    "  if redis.call('EXISTS', k) == 1 and (tonumber(redis.call('HGET', k, 'published')) or 0) < a then\n"
     "    redis.call('HSET', k, 'published', a)\n"
     "  end\n"
     "end\n"

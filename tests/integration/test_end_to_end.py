@@ -567,6 +567,28 @@ def test_sigterm_drains_in_flight_jobs(stack):
     assert stack.llm_stats()["requests"] == before
 
 
+def test_the_delivered_mark_does_not_bring_back_an_expired_job(stack):
+    """The mark that an outcome was delivered comes after the delivery
+    report (here 3 s of linger later).  A job's state that expired (or was
+    deleted) in between must stay gone: the mark made it again, holding
+    only itself and without a TTL, so it stayed in Redis for ever."""
+    w = stack.start_worker("--set", "kafka.producer.linger.ms=3000", name="w-expired")
+    jid = uid("expired")
+    key = "retort:job:{%s}" % jid
+    stack.produce_jobs([job(jid)])
+    r = stack.redis_client()
+    deadline = time.time() + 30
+    while r.hget(key, "status") != "final":
+        assert time.time() < deadline, "the job never finished"
+        time.sleep(0.05)
+    assert r.hget(key, "published") is None, "the final event left already: the test proves nothing"
+    r.delete(key)
+    stack.wait_outcomes([jid], timeout=30)
+    time.sleep(1)    # the mark follows the delivery report
+    assert r.exists(key) == 0, (r.hgetall(key), r.pttl(key))
+    assert stack.stop_worker(w) == 0
+
+
 def test_sigterm_drains_an_attempt_started_before_its_retry_job_left(stack):
     """retry.local starts attempt 2 while attempt 1's retry job is still in
     the producer (here a linger of 3 s keeps it there).  SIGTERM then: the
