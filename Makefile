@@ -149,11 +149,14 @@ $(BUILD)/mock-kafka: $(BUILD)/tests/mock_kafka.o
 $(BUILD)/jsts-runner: $(BUILD)/tests/jsts_runner.o $(BUILD)/libretort_common.a
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm
 
+# test_state fails some of our own code's reallocs, as out of memory would.
+$(BUILD)/test_state $(ASAN_BUILD)/test_state: TEST_LDFLAGS := -Wl,--wrap=realloc
+
 $(BUILD)/test_%: $(BUILD)/tests/unit/test_%.o $(WORKER_OBJ) $(BUILD)/libretort_common.a
-	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
+	$(CC) $(CFLAGS) $(TEST_LDFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
 
 $(ASAN_BUILD)/test_%: $(ASAN_BUILD)/tests/unit/test_%.o $(ASAN_WORKER_OBJ) $(ASAN_COMMON_OBJ)
-	$(CC) $(ASAN_FLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
+	$(CC) $(ASAN_FLAGS) $(TEST_LDFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm
 
 # The worker itself under ASan+UBSan, for integration runs (RETORT_BIN=...).
 $(ASAN_BUILD)/retort: $(ASAN_BUILD)/worker/main.o $(ASAN_WORKER_OBJ) $(ASAN_COMMON_OBJ)

@@ -241,6 +241,7 @@ struct state {
     state_op *queue_head, *queue_tail;  /* waiting for a connection */
     size_t pending;                     /* ops not yet completed */
     uv_timer_t reconnect;
+    uv_timer_t resend;         /* tries the line again after a send failed */
     uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
     /* hiredis 0.14's libuv adapter drops a poll error: when Redis dies
@@ -271,7 +272,7 @@ struct state {
 #define REPLY_TIMEOUT_MS 5000
 
 static void connect_now(state *st);
-static void op_send(state *st, state_op *op);
+static int op_send(state *st, state_op *op);
 
 static void op_free(state_op *op) {
     if (!op) return;
@@ -291,14 +292,33 @@ static void enqueue(state *st, state_op *op) {
     st->queue_tail = op;
 }
 
+static void resend_cb(uv_timer_t *t);
+
+/* A send that failed while connected (out of memory) puts its command
+ * back first in line, and the line is tried again in a moment: left in
+ * line, it held every later command behind it until a reconnect that may
+ * never come; tried again at once, it spun. */
+static void send_failed(state *st, state_op *op) {
+    op->sent = 0;
+    op->next = st->queue_head;
+    st->queue_head = op;
+    if (!st->queue_tail) st->queue_tail = op;
+    if (!st->closing) uv_timer_start(&st->resend, resend_cb, 100, 0);
+}
+
 static void flush_queue(state *st) {
     while (st->connected && st->queue_head) {
         state_op *op = st->queue_head;
         st->queue_head = op->next;
         if (!st->queue_head) st->queue_tail = NULL;
-        op_send(st, op);
+        if (op_send(st, op)) {
+            send_failed(st, op);
+            return;
+        }
     }
 }
+
+static void resend_cb(uv_timer_t *t) { flush_queue(t->data); }
 
 /* Reads a script's head line (see SCRIPT_HEAD) into rep; status is
  * copied into buf.  0 = ok. */
@@ -413,7 +433,7 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     }
     if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8)) {
         st->sha[op->script][0] = '\0';
-        op_send(st, op); /* EVAL this time; it loads the script as well */
+        if (op_send(st, op)) send_failed(st, op); /* EVAL this time; it loads the script as well */
         return;
     }
     st->pending--;
@@ -446,7 +466,9 @@ int state_format_command(sbuf *b, int argc, const char *const *argv, const size_
     return 0;
 }
 
-static void op_send(state *st, state_op *op) {
+/* Hands op to hiredis; -1 (not connected, out of memory): the caller
+ * keeps it. */
+static int op_send(state *st, state_op *op) {
     const char *argv[2 * PUB_BATCH_MAX + 3];
     size_t lens[2 * PUB_BATCH_MAX + 3];
     char nkeys[24];
@@ -468,12 +490,11 @@ static void op_send(state *st, state_op *op) {
      * allocates the command and parses a format string for every
      * argument. */
     if (!st->connected || state_format_command(&st->wire, n, argv, lens) ||
-        redisAsyncFormattedCommand(st->ac, reply_cb, op, st->wire.data, st->wire.len) != REDIS_OK) {
-        enqueue(st, op);
-        return;
-    }
+        redisAsyncFormattedCommand(st->ac, reply_cb, op, st->wire.data, st->wire.len) != REDIS_OK)
+        return -1;
     op->sent = 1;
     if (st->on_wire++ == 0) st->wire_since_ms = uv_now(st->loop);
+    return 0;
 }
 
 static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata) {
@@ -711,6 +732,8 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     st->conn_ud = ud;
     uv_timer_init(loop, &st->reconnect);
     st->reconnect.data = st;
+    uv_timer_init(loop, &st->resend);
+    st->resend.data = st;
     uv_timer_init(loop, &st->connect_watch);
     st->connect_watch.data = st;
     uv_timer_init(loop, &st->reply_watch);
@@ -718,7 +741,7 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     uv_timer_start(&st->reply_watch, reply_watch_cb, 1000, 1000);
     uv_prepare_init(loop, &st->before_poll);
     st->before_poll.data = st;
-    st->handles = 4;
+    st->handles = 5;
     connect_now(st);
     return st;
 }
@@ -756,8 +779,10 @@ void state_free(state *st) {
     free(st->prefix);
     sbuf_free(&st->wire);
     uv_timer_stop(&st->reconnect);
+    uv_timer_stop(&st->resend);
     uv_timer_stop(&st->connect_watch);
     uv_close((uv_handle_t *)&st->reconnect, st_close_cb);
+    uv_close((uv_handle_t *)&st->resend, st_close_cb);
     uv_close((uv_handle_t *)&st->connect_watch, st_close_cb);
     uv_timer_stop(&st->reply_watch);
     uv_close((uv_handle_t *)&st->reply_watch, st_close_cb);
@@ -849,8 +874,8 @@ static int op_submit(state *st, state_op *op, int failed) {
      * redelivered message must find its outcome marked). */
     if (op->script != SCRIPT_PUBLISHED && pub_holds(st, op)) pub_flush(st);
     st->pending++;
-    if (st->connected && !st->queue_head) op_send(st, op);
-    else enqueue(st, op);
+    if (!st->connected || st->queue_head) enqueue(st, op);
+    else if (op_send(st, op)) send_failed(st, op);
     return 0;
 }
 

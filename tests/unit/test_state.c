@@ -1,6 +1,8 @@
 /* state_format_command writes what hiredis's redisFormatCommandArgv
  * writes, byte for byte, and reuses its buffer; a socket that cannot be
- * watched is given up and tried again, not a crash. */
+ * watched is given up and tried again, not a crash; a command that could
+ * not be sent (out of memory) goes out a moment later, and the commands
+ * behind it too (against a real redis-server). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,8 +11,12 @@
 #include <string.h>
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -110,11 +116,131 @@ static void test_an_fd_libuv_still_watches_is_tried_again(void **s)
     close(lfd);
 }
 
+/* Linked with -Wl,--wrap=realloc (see the Makefile): while fail_from is
+ * set, growing a buffer of our own code to fail_from bytes or more fails,
+ * as out of memory would. */
+void *__real_realloc(void *p, size_t n);
+static size_t fail_from;
+static int failed;
+void *__wrap_realloc(void *p, size_t n)
+{
+    if (fail_from && n >= fail_from) {
+        failed++;
+        return NULL;
+    }
+    return __real_realloc(p, n);
+}
+
+typedef struct {
+    pid_t pid;
+    int port;
+} server;
+
+/* A redis-server of the test's own, stopped by the teardown even when a
+ * test fails. */
+static int redis_start(void **s)
+{
+    server *srv = malloc(sizeof(*srv));
+    int *port = &srv->port;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    close(fd);
+    *port = ntohs(a.sin_port);
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", *port);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", (char *)NULL);
+        _exit(127);
+    }
+    srv->pid = pid;
+    *s = srv;
+    return 0;
+}
+
+static int redis_stop(void **s)
+{
+    server *srv = *s;
+    kill(srv->pid, SIGTERM);
+    waitpid(srv->pid, NULL, 0);
+    free(srv);
+    return 0;
+}
+
+typedef struct {
+    uv_loop_t *loop;
+    char order[8];
+    int n;
+} replies;
+
+static void on_reply_a(void *ud, const state_reply *r)
+{
+    replies *rs = ud;
+    assert_int_equal(r->verdict, STATE_OK);
+    rs->order[rs->n++] = 'a';
+}
+
+static void on_reply_b(void *ud, const state_reply *r)
+{
+    replies *rs = ud;
+    assert_int_equal(r->verdict, STATE_OK);
+    rs->order[rs->n++] = 'b';
+    uv_stop(rs->loop);
+}
+
+/* A send that failed while connected (the command's buffer could not
+ * grow) was put in the line for a reconnect: that command and every one
+ * after it waited for a reconnect that never came. */
+static void test_a_command_that_could_not_be_sent_goes_a_moment_later(void **s)
+{
+    int port = ((server *)*s)->port;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    state_options so = { "127.0.0.1", port, NULL, 0, "t", 60 };
+    char err[256];
+    state *st = state_new(&loop, &so, on_conn, &loop, err, sizeof err);
+    assert_non_null(st);
+    uv_timer_t limit;
+    uv_timer_init(&loop, &limit);
+    uv_timer_start(&limit, give_up, 5000, 0);
+    uv_run(&loop, UV_RUN_DEFAULT); /* until connected (the server starts meanwhile) */
+    assert_true(state_connected(st));
+
+    /* Just connected: the scripts are not loaded yet, so a command carries
+     * its script's text (EVAL): far more than the 256 bytes of its own
+     * arguments' buffer. */
+    replies rs = { &loop, "", 0 };
+    fail_from = 512;
+    assert_int_equal(state_lease(st, "holder-a", 10000, on_reply_a, &rs), 0);
+    fail_from = 0;
+    assert_int_equal(failed, 1); /* the send failed, not the making of the command */
+    assert_int_equal(state_lease(st, "holder-b", 10000, on_reply_b, &rs), 0);
+    uv_timer_start(&limit, give_up, 3000, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_string_equal(rs.order, "ab"); /* both went, in order */
+    assert_int_equal(state_pending(st), 0);
+
+    state_free(st);
+    uv_close((uv_handle_t *)&limit, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_command),
         cmocka_unit_test(test_an_fd_libuv_still_watches_is_tried_again),
+        cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
+                                        redis_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
