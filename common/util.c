@@ -90,6 +90,28 @@ int util_parse_rfc3339(const char *s, int64_t *wall_ms) {
     return 0;
 }
 
+/* Length of the well-formed multi-byte sequence at s (avail bytes there,
+ * s[0] >= 0x80): no overlongs, no surrogates, nothing past U+10FFFF; 0
+ * when there is none. */
+static size_t utf8_seq(const unsigned char *s, size_t avail) {
+    unsigned char c = s[0];
+    size_t need;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
+    else return 0;
+    if (avail <= need) return 0;
+    for (size_t k = 1; k <= need; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+    return need + 1;
+}
+
 int util_utf8_valid(const char *str, size_t len) {
     const unsigned char *s = (const unsigned char *)str;
     size_t i = 0;
@@ -109,23 +131,32 @@ int util_utf8_valid(const char *str, size_t len) {
             }
             continue;
         }
-        size_t need;
-        uint32_t cp;
-        if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
-        else return 0;
-        if (len - i <= need) return 0;
-        for (size_t k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return 0;
-        if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
-        i += need + 1;
+        size_t n = utf8_seq(s + i, len - i);
+        if (!n) return 0;
+        i += n;
     }
     return 1;
+}
+
+char *util_utf8_scrub(const char *str, size_t len, size_t *out_len) {
+    const unsigned char *s = (const unsigned char *)str;
+    if (len > (SIZE_MAX - 1) / 3) return NULL;
+    char *out = malloc(3 * len + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < len;) {
+        size_t n = s[i] < 0x80 ? 1 : utf8_seq(s + i, len - i);
+        if (n) {
+            memcpy(o, s + i, n);
+            o += n;
+            i += n;
+        } else {
+            o += util_utf8_put(o, 0xFFFD);
+            i++;
+        }
+    }
+    *o = '\0';
+    if (out_len) *out_len = (size_t)(o - out);
+    return out;
 }
 
 size_t util_utf8_len(const char *s, size_t len) {

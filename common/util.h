@@ -18,6 +18,11 @@ int util_parse_rfc3339(const char *s, int64_t *wall_ms);
 
 /* 1 when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
 int util_utf8_valid(const char *s, size_t len);
+/* A copy of s[0..len), NUL-terminated, with each byte that does not begin
+ * a well-formed sequence replaced by U+FFFD: text from outside (an LLM's
+ * answer, an API's error) that goes where only UTF-8 may (events, retry
+ * jobs).  Its length into *out_len (may be NULL).  NULL: out of memory. */
+char *util_utf8_scrub(const char *s, size_t len, size_t *out_len);
 /* Number of code points of a valid UTF-8 string. */
 size_t util_utf8_len(const char *s, size_t len);
 /* Largest n <= max such that s[0..n) does not end inside a code point. */

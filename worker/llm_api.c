@@ -834,6 +834,15 @@ void llm_api_parse(llm_provider provider, long status, const char *body, size_t 
      * memmem of the answer, and a NUL anywhere but in the text (an id?)
      * only costs a retry. */
     if (out->category == DECIDE_CAT_OK && body && has_nul_escape(body, len)) out->text_nul = 1;
+    /* A refusal or an API's message goes into events and retry jobs as it
+     * is: bad bytes in it are replaced (the readers do not check). */
+    size_t elen = strlen(out->error);
+    if (!util_utf8_valid(out->error, elen)) {
+        char *scrubbed = util_utf8_scrub(out->error, elen, NULL);
+        if (scrubbed) util_concat(out->error, sizeof(out->error), scrubbed, (char *)NULL);
+        else util_concat(out->error, sizeof(out->error), "(an error message that is not UTF-8)", (char *)NULL);
+        free(scrubbed);
+    }
 }
 
 void llm_api_parse_dom(llm_provider provider, long status, const char *body, size_t len,

@@ -1286,6 +1286,15 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     default:
         break;
     }
+    /* Judged as it came; kept (records, the retry job's reflection, the
+     * escalation) with bytes that are not UTF-8 replaced: the retry job
+     * carrying them was dead-lettered on its way back, and the job lost. */
+    size_t tlen = j->text ? strlen(j->text) : 0;
+    if (tlen && !util_utf8_valid(j->text, tlen)) {
+        char *scrubbed = util_utf8_scrub(j->text, tlen, NULL);
+        free(j->text);
+        j->text = scrubbed ? scrubbed : strdup("(an answer that is not UTF-8)");
+    }
     conclude(j, resp->retry_after_ms, resp->should_retry);
 }
 

@@ -931,3 +931,30 @@ def test_close_is_bounded_when_the_broker_stops_answering(stack):
     assert rc == 1, rc
     assert 2.5 <= took < 15, took
     assert "closing the Kafka clients took over 3000 ms" in stack.worker_log(w.name)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_an_answer_that_is_not_utf8_is_retried_and_escalated_in_utf8(stack, envelopes, local):
+    """An answer with bytes that are not UTF-8 is NOT_JSON, a fixable
+    failure.  Its retry job carried those bytes as the previous output:
+    refused on its way back (retry.local: refused at once) and sent to the
+    dead-letter topic, so the job never got an outcome; its escalation
+    (one attempt left) carried them too.  They are now replaced by U+FFFD
+    wherever the answer is copied; the verdict is still NOT_JSON."""
+    w = stack.start_worker("--set", "retry.local=%s" % ("true" if local else "false"))
+    jid = uid("latin1")
+    answer = b'\xff\xfe{"name": "caf\xe9"}'
+    stack.produce_jobs([job(jid, directive="answer_b64=%s" % base64.b64encode(answer).decode(),
+                            max_attempts=2)])
+    stack.wait_outcomes([jid], timeout=30)
+    (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["key"] == jid]
+    envelopes.validate("events/escalation.schema.json", esc)
+    assert esc["attempts"] == 2
+    outputs = [h["output"] for h in esc["history"]]
+    assert outputs == ['\ufffd\ufffd{"name": "caf\ufffd"}'] * 2, outputs
+    assert all(h["violations"][0]["code"] == "NOT_JSON" for h in esc["history"])
+    if not local:
+        (retry,) = [m["value"] for m in stack.consume("retort.jobs") if m["key"] == jid and m["value"].get("attempt") == 2]
+        assert retry["reflection"]["previous_output"] == outputs[0]
+    assert not [m for m in stack.consume("retort.dlq") if m["key"] == jid]
+    assert stack.stop_worker(w) == 0

@@ -137,6 +137,25 @@ static void test_long_messages_cut_as_utf8(void **s) {
     sbuf_free(&text);
 }
 
+/* A refusal or an API's message with bytes that are not UTF-8 (cJSON
+ * reads them as they are) has them replaced: it goes into events and
+ * retry jobs. */
+static void test_messages_not_utf8_are_mended(void **s) {
+    (void)s;
+    static const char refusal[] = "{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"non, d\xe9sol\xe9\"},"
+                                  "\"finish_reason\":\"stop\"}]}";
+    static const char err[] = "{\"error\":{\"type\":\"invalid_request_error\",\"message\":\"mauvaise requ\xeate\"}}";
+    for (int k = 0; k < 2; k++) {
+        llm_api_result r;
+        const char *body = k ? err : refusal;
+        llm_api_parse(LLM_PROVIDER_OPENAI, k ? 400 : 200, body, strlen(body), &r);
+        assert_int_equal(r.category, k ? DECIDE_CAT_BAD_REQUEST : DECIDE_CAT_REFUSAL);
+        assert_true(util_utf8_valid(r.error, strlen(r.error)));
+        assert_non_null(strstr(r.error, k ? "mauvaise requ\xef\xbf\xbdte" : "non, d\xef\xbf\xbdsol\xef\xbf\xbd"));
+        llm_api_result_clear(&r);
+    }
+}
+
 static void test_anthropic_shapes(void **s) {
     (void)s;
     char *body = slurp("anthropic-response.json");
@@ -653,6 +672,7 @@ int main(void) {
         cmocka_unit_test(test_openai_scan),       cmocka_unit_test(test_anthropic_scan),
         cmocka_unit_test(test_nul_in_answer),
         cmocka_unit_test(test_long_messages_cut_as_utf8),
+        cmocka_unit_test(test_messages_not_utf8_are_mended),
     };
     return cmocka_run_group_tests_name("llm_api", tests, NULL, NULL);
 }

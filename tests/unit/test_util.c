@@ -225,6 +225,42 @@ static void test_utf8_cut_end(void **s) {
     }
 }
 
+/* Text from outside that is not UTF-8: each byte that begins no
+ * well-formed sequence becomes U+FFFD, the rest is kept as it was. */
+static void test_utf8_scrub(void **s) {
+    (void)s;
+#define R "\xef\xbf\xbd" /* U+FFFD */
+    static const struct {
+        const char *in;
+        size_t len;
+        const char *out;
+        size_t out_len;
+    } cases[] = {
+        {"", 0, "", 0},
+        {"abc", 3, "abc", 3},
+        {"caf\xc3\xa9", 5, "caf\xc3\xa9", 5},             /* valid: the same */
+        {"caf\xe9", 4, "caf" R, 6},                       /* Latin-1 */
+        {"\xff\xfe{}", 4, R R "{}", 8},
+        {"a\xe6\x8a", 3, "a" R R, 7},                     /* a cut 3-byte: 2 bytes, 2 marks */
+        {"\xc0\xaf", 2, R R, 6},                          /* overlong */
+        {"\xed\xa0\x80", 3, R R R, 9},                    /* a surrogate */
+        {"\xf4\x90\x80\x80", 4, R R R R, 12},             /* past U+10FFFF */
+        {"\xf0\x9f\x98\x80\x80", 5, "\xf0\x9f\x98\x80" R, 7}, /* a stray continuation */
+        {"a\0b\xff", 4, "a\0b" R, 6},                     /* a NUL is kept */
+    };
+#undef R
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n = 0;
+        char *out = util_utf8_scrub(cases[i].in, cases[i].len, &n);
+        assert_non_null(out);
+        assert_int_equal(n, cases[i].out_len);
+        assert_memory_equal(out, cases[i].out, n);
+        assert_int_equal(out[n], '\0');
+        assert_true(util_utf8_valid(out, n));
+        free(out);
+    }
+}
+
 /* Whole files, across the buffer's growth, with NULs inside; a missing
  * file is NULL with errno set. */
 static void test_read_file(void **s) {
@@ -269,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_ltoa),
         cmocka_unit_test(test_concat),
         cmocka_unit_test(test_utf8_cut_end),
+        cmocka_unit_test(test_utf8_scrub),
         cmocka_unit_test(test_hex4_and_utf8_put),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
