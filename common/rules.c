@@ -19,7 +19,6 @@
 
 #define SNIPPET_MAX 200   /* bytes of an offending value copied into "actual" */
 #define CONTEXT_BYTES 60  /* bytes either side of a forbidden phrase */
-#define CODE_MAX 64
 
 /* Options for every pattern: code points, tolerant of invalid UTF-8 in the
  * subject (invalid sequences never match), and no \C that could split a
@@ -116,6 +115,16 @@ static int array_index(const char *tok, size_t *out)
         v = v * 10 + (size_t)(*q - '0');
     }
     *out = v;
+    return 1;
+}
+
+int rules_code_valid(const char *code) {
+    size_t n = 0;
+    if (!code || !(code[0] >= 'A' && code[0] <= 'Z')) return 0;
+    for (; code[n]; n++)
+        if (!((code[n] >= 'A' && code[n] <= 'Z') || (code[n] >= '0' && code[n] <= '9') || code[n] == '_') ||
+            n == RULES_CODE_MAX)
+            return 0;
     return 1;
 }
 
@@ -419,9 +428,9 @@ static int compile_rule(rule *ru, const char *prefix, size_t i, const cJSON *spe
 
     f = cJSON_GetObjectItemCaseSensitive(spec, "code");
     if (f) {
-        if (!cJSON_IsString(f) || !f->valuestring[0] || strlen(f->valuestring) > CODE_MAX) {
-            snprintf(err, errlen, "%s.code: must be a non-empty string of at most %d bytes", at,
-                     CODE_MAX);
+        if (!cJSON_IsString(f) || !rules_code_valid(f->valuestring)) {
+            snprintf(err, errlen, "%s.code: must be upper-case letters, digits and underscores (^[A-Z][A-Z0-9_]*$), "
+                     "at most %d", at, RULES_CODE_MAX);
             goto out;
         }
         if (!(ru->code = strdup(f->valuestring))) {

@@ -120,4 +120,11 @@ size_t rules_check(const rules *r, const cJSON *output, cJSON *violations);
  * or resolves to nothing.  Borrowed from doc. */
 const cJSON *rules_pointer_get(const cJSON *doc, const char *pointer);
 
+/* Longest violation code, in bytes. */
+#define RULES_CODE_MAX 64
+/* 1 when code is a violation code as events carry them: ^[A-Z][A-Z0-9_]*$, at
+ * most RULES_CODE_MAX bytes (metrics use it as a label value, the events'
+ * schema gives the pattern). */
+int rules_code_valid(const char *code);
+
 #endif

@@ -32,7 +32,7 @@ void metrics_violation(metrics *m, const char *code) {
             m->code_counts[i] = 1;
             return;
         }
-        if (!strcmp(m->codes[i], code)) {
+        if (!strncmp(m->codes[i], code, sizeof(m->codes[i]) - 1)) {
             m->code_counts[i]++;
             return;
         }
@@ -84,8 +84,18 @@ void metrics_render(const metrics *m, sbuf *b) {
                 (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers,
                 (unsigned long long)m->local_retries);
     sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
-    for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++)
-        sbuf_printf(b, "retort_violations_total{code=\"%s\"} %llu\n", m->codes[i], (unsigned long long)m->code_counts[i]);
+    for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++) {
+        /* Codes are checked where they are made (rules, plugins); escaped
+         * here all the same, as the exposition format wants: a quote or a
+         * newline in a label value forges series. */
+        sbuf_puts(b, "retort_violations_total{code=\"");
+        for (const char *c = m->codes[i]; *c; c++) {
+            if (*c == '\\' || *c == '"') sbuf_append(b, "\\", 1);
+            if (*c == '\n') sbuf_puts(b, "\\n");
+            else sbuf_append(b, c, 1);
+        }
+        sbuf_printf(b, "\"} %llu\n", (unsigned long long)m->code_counts[i]);
+    }
     if (m->codes_other) sbuf_printf(b, "retort_violations_total{code=\"OTHER\"} %llu\n", (unsigned long long)m->codes_other);
     sbuf_puts(b, "# HELP retort_llm_calls_total LLM HTTP calls, by provider and status class.\n# TYPE retort_llm_calls_total counter\n");
     for (int p = 0; p < 2; p++)

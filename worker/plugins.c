@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "retort_plugin.h"
+#include "rules.h"
 #include "util.h"
 
 #define NAME_MAX_LEN 64
@@ -224,6 +225,16 @@ static void on_report(void *ctx, const char *path, const char *code, const char 
         return;
     char fallback[128];
     snprintf(fallback, sizeof fallback, "rejected by the validator plugin %s", rc->pl->name);
+    /* A code not of the events' form (a label of /metrics too: a quote or
+     * a newline in it forged series) is the plugin's generic one; what the
+     * plugin said leads the message. */
+    char given[MESSAGE_CAP + 1];
+    if (code && code[0] && !rules_code_valid(code)) {
+        snprintf(given, sizeof given, "[%.*s] %s", CODE_CAP, code, message && message[0] ? message : fallback);
+        util_utf8_cut_end(given);
+        message = given;
+        code = NULL;
+    }
     char *p = clean_copy(path ? path : "", PATH_CAP);
     char *c = clean_copy(code && code[0] ? code : PLUGINS_VIOLATION, CODE_CAP);
     char *m = clean_copy(message && message[0] ? message : fallback, MESSAGE_CAP);

@@ -43,9 +43,12 @@ extern "C" {
  *   ctx      the ctx given to retort_plugin_validate, passed back as is.
  *   path     JSON Pointer (RFC 6901) of the offending value in the output,
  *            "" or NULL for the output as a whole (e.g. "/items/0/price").
- *   code     short upper-case identifier (e.g. "PRICE_TOO_HIGH"); NULL or
- *            "" gives "PLUGIN_VIOLATION".  Codes listed in the worker's
- *            retry.critical_codes escalate the job at once.
+ *   code     short upper-case identifier (e.g. "PRICE_TOO_HIGH"):
+ *            ^[A-Z][A-Z0-9_]*$, at most 64 bytes.  NULL or "" gives
+ *            "PLUGIN_VIOLATION"; so does a code of another form, which
+ *            then leads the message ("[price-too-high] ...").  Codes
+ *            listed in the worker's retry.critical_codes escalate the job
+ *            at once.
  *   message  plain English for the model: what is wrong and what to do
  *            ("/price must be at most 10000 (it is 25000)"); NULL or "" gives
  *            a generic message naming the plugin.

@@ -48,6 +48,13 @@ static const char odd_source[] =
     "    report(ctx, \"\", \"OUT\", out, 1);\n"
     "    report(ctx, \"\", \"JOB\", job, 1);\n"
     "    return 1;\n"
+    "#elif MODE == 7 /* codes of every form */\n"
+    "    report(ctx, \"/a\", \"GOOD_CODE_2\", \"kept\", 1);\n"
+    "    report(ctx, \"/b\", \"price-too-high\", \"too dear\", 1);\n"
+    "    report(ctx, \"/c\", \"E\\\"} 1\\nretort_up{dependency=\\\"x\", \"forged\", 1);\n"
+    "    report(ctx, \"/d\", \"ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJKL\", \"66 bytes\", 1);\n"
+    "    report(ctx, \"/e\", \"2BIG\", NULL, 1);\n"
+    "    return 1;\n"
     "#else /* an undocumented return value */\n"
     "    (void)out; (void)job; (void)report; (void)ctx;\n"
     "    return 7;\n"
@@ -56,7 +63,7 @@ static const char odd_source[] =
     "#endif\n";
 
 static char example_so[256], nosym_so[256], badabi_so[256], badname_so[256], failing_so[256], silent_so[256],
-    sneaky_so[256], flood_so[256], echo_so[256], weird_so[256], odd_c[256];
+    sneaky_so[256], flood_so[256], echo_so[256], weird_so[256], codes_so[256], odd_c[256];
 
 static int build(const char *src, const char *out, const char *defs)
 {
@@ -91,6 +98,7 @@ static int setup(void **state)
         { flood_so, "flood", "-DMODE=4 -DNAME='\"flood\"'" },
         { echo_so, "echo", "-DMODE=5 -DNAME='\"echo\"'" },
         { weird_so, "weird", "-DMODE=6 -DNAME='\"weird\"'" },
+        { codes_so, "codes", "-DMODE=7 -DNAME='\"codes\"'" },
     };
     snprintf(example_so, sizeof example_so, DIR "/example_plugin.%d.so", pid);
     if (build("tests/plugins/example_plugin.c", example_so, ""))
@@ -107,7 +115,7 @@ static int teardown(void **state)
 {
     (void)state;
     const char *files[] = { example_so, nosym_so, badabi_so, badname_so, failing_so, silent_so,
-                            sneaky_so, flood_so, echo_so, weird_so, odd_c };
+                            sneaky_so, flood_so, echo_so, weird_so, codes_so, odd_c };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         if (files[i][0])
             unlink(files[i]);
@@ -305,6 +313,33 @@ static void test_misbehaving(void **state)
     plugins_free(p);
 }
 
+/* A code not of the events' form (^[A-Z][A-Z0-9_]*$, at most 64 bytes)
+ * is PLUGIN_VIOLATION, with what the plugin said leading the message: a
+ * quote and a newline in one forged series on /metrics, and events
+ * carrying it broke their schema. */
+static void test_codes(void **state)
+{
+    (void)state;
+    plugins *p = load(codes_so);
+    cJSON *v = run(p, "{}", NULL);
+    static const struct {
+        const char *code, *message;
+    } want[] = {
+        { "GOOD_CODE_2", "kept" },
+        { "PLUGIN_VIOLATION", "[price-too-high] too dear" },
+        { "PLUGIN_VIOLATION", "[E\"} 1\nretort_up{dependency=\"x] forged" },
+        { "PLUGIN_VIOLATION", "[ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJ] 66 bytes" }, /* cut to 64 */
+        { "PLUGIN_VIOLATION", "[2BIG] rejected by the validator plugin codes" },
+    };
+    assert_int_equal(cJSON_GetArraySize(v), 5);
+    for (int i = 0; i < 5; i++) {
+        assert_string_equal(str(cJSON_GetArrayItem(v, i), "code"), want[i].code);
+        assert_string_equal(str(cJSON_GetArrayItem(v, i), "message"), want[i].message);
+    }
+    cJSON_Delete(v);
+    plugins_free(p);
+}
+
 static void test_echo(void **state)
 {
     (void)state;
@@ -342,6 +377,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_example),     cmocka_unit_test(test_load_errors), cmocka_unit_test(test_list_parsing),
         cmocka_unit_test(test_misbehaving), cmocka_unit_test(test_echo),
+        cmocka_unit_test(test_codes),
     };
     return cmocka_run_group_tests_name("plugins", tests, setup, teardown);
 }

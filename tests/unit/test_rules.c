@@ -382,6 +382,24 @@ static void test_bad_specs(void **state)
     expect_error("[{\"type\":\"length\",\"pointer\":\"/a\",\"min\":5,\"max\":2}]", "rules[0].max");
     expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"fixable\":\"no\"}]", "rules[0].fixable");
     expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"code\":\"\"}]", "rules[0].code");
+    /* codes as events carry them (^[A-Z][A-Z0-9_]*$, at most 64 bytes): a
+     * quote and a newline in one forged series on /metrics */
+    expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"code\":\"E\\\"} 1\\nretort_up{x=\\\"\"}]",
+                 "rules[0].code");
+    expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"code\":\"price-too-high\"}]", "rules[0].code");
+    expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"code\":\"_X\"}]", "rules[0].code");
+    expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"code\":\"2BIG\"}]", "rules[0].code");
+    static const struct {
+        const char *code;
+        int valid;
+    } codes[] = {
+        { "A", 1 }, { "NEED_X", 1 }, { "BAD_UTF8", 1 }, { "A_", 1 }, { "", 0 }, { "a", 0 }, { "A-B", 0 },
+        { "A B", 0 }, { "\xc3\x89", 0 }, { "ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJ", 1 }, /* 64 bytes */
+        { "ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJKLMNOPQRSTUVWXYZ_ABCDEFGHIJK", 0 }, /* 65 */
+    };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (rules_code_valid(codes[i].code) != codes[i].valid) fail_msg("%s: not %d", codes[i].code, codes[i].valid);
+    assert_false(rules_code_valid(NULL));
     expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\",\"message\":5}]", "rules[0].message");
 
     /* a prefix names the source in errors and keywords */

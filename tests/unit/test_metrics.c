@@ -1,0 +1,64 @@
+/* metrics_violation keeps one series per code, whatever its length, and
+ * metrics_render writes label values as the exposition format wants. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "metrics.h"
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* A code longer than its slot was stored cut and compared whole: each
+ * time it came, it took a new slot, one series a time, until the 64 were
+ * used up. */
+static void test_long_codes_have_one_series(void **s)
+{
+    (void)s;
+    metrics m;
+    metrics_init(&m);
+    const char *code = "A_VERY_LONG_VIOLATION_CODE_OVER_THIRTY_TWO_BYTES_AND_STILL_GOING"; /* 64 bytes */
+    assert_int_equal(strlen(code), 64);
+    for (int i = 0; i < 3; i++) metrics_violation(&m, code);
+    metrics_violation(&m, "SHORT");
+    sbuf b = { 0 };
+    metrics_render(&m, &b);
+    char want[128];
+    snprintf(want, sizeof want, "retort_violations_total{code=\"%s\"} 3\n", code);
+    assert_non_null(strstr(b.data, want));
+    assert_non_null(strstr(b.data, "retort_violations_total{code=\"SHORT\"} 1\n"));
+    assert_int_equal(count(b.data, "retort_violations_total{"), 2);
+    sbuf_free(&b);
+}
+
+/* Codes are checked where they are made; a label value is escaped all
+ * the same: a quote and a newline in one forged a series. */
+static void test_label_values_are_escaped(void **s)
+{
+    (void)s;
+    metrics m;
+    metrics_init(&m);
+    metrics_violation(&m, "E\"} 1\nretort_up{dependency=\"x\\");
+    sbuf b = { 0 };
+    metrics_render(&m, &b);
+    assert_non_null(strstr(b.data, "retort_violations_total{code=\"E\\\"} 1\\nretort_up{dependency=\\\"x\\\\\"} 1\n"));
+    assert_null(strstr(b.data, "\nretort_up{dependency=\"x"));
+    sbuf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_long_codes_have_one_series),
+        cmocka_unit_test(test_label_values_are_escaped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
