@@ -1098,13 +1098,16 @@ static void conclude(wjob *j, long retry_after_ms, int should_retry) {
     record_attempt(j);
 }
 
-/* Not-fixable violations go first so that capping the list never hides
- * them from the decision. */
-static void trim_violations(cJSON *v, size_t max) {
+/* Not-fixable violations and those of a critical code go first so that
+ * capping the list never hides them from the decision (a critical code
+ * cut off cost the attempts left). */
+static void trim_violations(const worker *w, cJSON *v, size_t max) {
     int moved = 0;
     for (int i = 0; i < cJSON_GetArraySize(v); i++) {
         cJSON *it = cJSON_GetArrayItem(v, i);
-        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(it, "fixable"))) {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(it, "code");
+        if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(it, "fixable")) ||
+            (cJSON_IsString(code) && is_critical(w, code->valuestring))) {
             cJSON_DetachItemViaPointer(v, it);
             cJSON_InsertItemInArray(v, moved++, it);
         }
@@ -1145,13 +1148,13 @@ static void validate_text(wjob *j) {
             return;
         }
         jsonin_free(value);
-        trim_violations(j->violations, w->max_violations);
+        trim_violations(w, j->violations, w->max_violations);
         j->cat = DECIDE_CAT_INVALID;
         return;
     }
     cJSON_Delete(j->violations);
     j->violations = schema_violations_to_json(&sv);
-    trim_violations(j->violations, w->max_violations);
+    trim_violations(w, j->violations, w->max_violations);
     schema_violations_clear(&sv);
     jsonin_free(value);
     j->cat = DECIDE_CAT_INVALID;

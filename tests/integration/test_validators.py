@@ -110,3 +110,24 @@ def test_inline_schema_settings(stack):
             assert body["response_format"]["json_schema"]["schema"] == plain
     finally:
         srv.shutdown()
+
+
+def test_a_critical_code_past_the_violations_cap_still_escalates_at_once(stack, tmp_path):
+    """retry.max_violations caps the list an attempt keeps; a violation of
+    a code in retry.critical_codes that came past the cap was cut off
+    before the decision looked, and the job went on to attempts that
+    could not succeed (here all 3 were paid for)."""
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([{"type": "not_empty", "pointer": "/none_%d" % i, "code": "MISSING_%s" % "ABC"[i]}
+                                 for i in range(3)] +
+                                [{"type": "not_empty", "pointer": "/stop", "code": "STOP_NOW"}]))
+    w = stack.start_worker("--set", "rules.file=%s" % rules, "--set", "retry.max_violations=2",
+                           "--set", "retry.critical_codes=STOP_NOW")
+    jid = uid("critical")
+    stack.produce_jobs([job(jid)])
+    stack.wait_outcomes([jid])
+    (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == jid]
+    assert esc["attempts"] == 1, esc["reason"]
+    assert esc["reason"].startswith("critical failure"), esc["reason"]
+    assert codes(esc) == [["STOP_NOW", "MISSING_A"]]
+    assert stack.stop_worker(w) == 0
