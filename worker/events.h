@@ -22,10 +22,13 @@ const char *events_ce_type(event_type type);   /* "retort.job.final", ... */
 /* CloudEvents headers.  The id is stable: <subject>:<attempt>:<kind>, so a
  * republished outcome carries the same id; a later run of the job (run > 1,
  * after `retort resubmit`) appends :r<run>, so its events are new ones. */
+/* A job id whole: 200 code points (its schema's maxLength) of up to 4
+ * bytes each, and the NUL.  Cut, two jobs' events shared ids. */
+#define EVENTS_SUBJECT_MAX 804
 typedef struct events_headers {
-    char id[320];
+    char id[EVENTS_SUBJECT_MAX + 64];
     char time[40];
-    char subject[256];
+    char subject[EVENTS_SUBJECT_MAX];
     const char *type;
     const char *source;   /* borrowed */
 } events_headers;

@@ -580,7 +580,7 @@ static int continue_here(wjob *j, int claimed, long tokens_used) {
     if (!j->in_map || (!claimed && (!w->retry_local || w->stopping || !state_connected(w->st)))) return -1;
     wjob *n = wjob_new(w, j->partition, j->offset, j->epoch);
     if (!n) return -1;
-    char err[512], id[256];
+    char err[512], id[EVENTS_SUBJECT_MAX];
     cJSON *violations = NULL;
     if (job_parse(j->ev_value, strlen(j->ev_value), w->envelope, w->default_max_attempts,
                   w->max_attempts_ceiling, &n->job, &violations, id, sizeof(id), err, sizeof(err))) {
@@ -1841,7 +1841,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     }
     w->inflight++;
 
-    char err[512], id[256];
+    char err[512], id[EVENTS_SUBJECT_MAX];
     cJSON *violations = NULL;
     if (job_parse(msg->payload, msg->len, w->envelope, w->default_max_attempts,
                   w->max_attempts_ceiling, &j->job, &violations, id, sizeof(id), err, sizeof(err))) {

@@ -715,3 +715,21 @@ def test_consumer_settings_the_guarantees_rest_on_are_refused(stack, setting):
     assert w.wait(20) != 0
     key = setting.split("=")[0].replace("consumer.", "")
     assert "config key '%s': must stay" % key in stack.worker_log(w.name)
+
+
+def test_event_ids_of_every_job_id_and_run_fit_their_schema(stack, envelopes):
+    """ce_id is <job_id>:<attempt>:<kind>, and :r<run> for a later run of
+    the job (retort resubmit).  The headers' schema refused both an id
+    with a colon (the job schema allows one) and the run's suffix; and a
+    job id of 200 characters (its schema's limit) in a script of 3 bytes a
+    character was cut in ce_subject and ce_id."""
+    w = stack.start_worker()
+    colon, long_id = uid("order:42"), "\u62b1" * 191 + uuid.uuid4().hex[:9]
+    stack.produce_jobs([job(colon, run=2), job(long_id)])
+    stack.wait_outcomes([colon, long_id])
+    finals = stack.consume("retort.final")
+    for jid, ce_id in ((colon, colon + ":1:final:r2"), (long_id, long_id + ":1:final")):
+        (m,) = by_job(finals, jid)
+        check_headers(envelopes, m, "retort.job.final", jid)
+        assert m["headers"]["ce_id"] == ce_id
+    assert stack.stop_worker(w) == 0
