@@ -249,6 +249,7 @@ static int timer_fn(CURLM *multi, long timeout_ms, void *userp) {
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud) {
     llm_call *call = ud;
     size_t n = size * nmemb;
+    if (!call->client->max_response_bytes) return n;
     if (call->resp_len + n > call->client->max_response_bytes) {
         call->too_large = 1;
         return 0; /* aborts the transfer: the cap holds whatever the server sends */

@@ -20,7 +20,7 @@ typedef struct llm_client_options {
     const char *anthropic_version; /* borrowed, copied */
     long timeout_ms;
     long connect_timeout_ms;
-    size_t max_response_bytes;
+    size_t max_response_bytes;     /* 0: the body is read and thrown away (webhooks: the status is all) */
     const char *url;               /* borrowed, copied: a full URL used as is (webhooks); NULL: the API's */
     const char *ca_file;           /* borrowed, copied: PEM CA bundle to verify the server; NULL or "": the system's */
 } llm_client_options;

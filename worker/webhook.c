@@ -35,7 +35,9 @@ webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retr
     o.provider = LLM_PROVIDER_OPENAI;
     o.timeout_ms = timeout_ms;
     o.connect_timeout_ms = timeout_ms < 5000 ? timeout_ms : 5000;
-    o.max_response_bytes = 65536;
+    /* The body is thrown away: a 2xx with a large one was a transfer cut
+     * at a cap, status 0, and the escalation was POSTed again. */
+    o.max_response_bytes = 0;
     o.url = url;
     wh->http = llm_client_new(loop, &o, err, errlen);
     if (!wh->http) {
@@ -75,8 +77,12 @@ static void done_cb(void *ud, const llm_response *resp) {
     }
     int retryable = resp->status == 0 || resp->status == 408 || resp->status == 429 || resp->status >= 500;
     if (!retryable || d->tries > d->wh->retries) {
-        log_error(d->job_id, 0, "escalation webhook failed after %d tries (%s%ld); giving up", d->tries,
-                  resp->status ? "HTTP " : "", resp->status ? resp->status : 0L);
+        if (resp->status)
+            log_error(d->job_id, 0, "escalation webhook failed after %d tries (HTTP %ld); giving up", d->tries,
+                      resp->status);
+        else
+            log_error(d->job_id, 0, "escalation webhook failed after %d tries (%s); giving up", d->tries,
+                      resp->error ? resp->error : "no answer");
         delivery_end(d);
         return;
     }

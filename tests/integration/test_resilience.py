@@ -958,3 +958,41 @@ def test_an_answer_that_is_not_utf8_is_retried_and_escalated_in_utf8(stack, enve
         assert retry["reflection"]["previous_output"] == outputs[0]
     assert not [m for m in stack.consume("retort.dlq") if m["key"] == jid]
     assert stack.stop_worker(w) == 0
+
+
+def test_a_webhook_answering_2xx_with_a_large_body_is_posted_once(stack):
+    """Only a webhook's status counts.  Its body was read into a 64 KiB
+    cap: a 200 with a larger one cut the transfer, which counted as a
+    failure (status 0), so the escalation was POSTed again, up to
+    escalation.webhook_retries times, each one answered 200."""
+    posts = []
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            body = b"x" * 200000
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        w = stack.start_worker("--set", "escalation.webhook_url=http://127.0.0.1:%d/hook" % srv.server_port,
+                               "--set", "escalation.webhook_retries=3")
+        jid = uid("bighook")
+        stack.produce_jobs([job(jid, directive="defect=refusal")])
+        stack.wait_outcomes([jid])
+        deadline = time.time() + 10
+        while time.time() < deadline and not posts:
+            time.sleep(0.1)
+        time.sleep(3)    # a retry would come 0.5 s, 1 s, 2 s later
+        assert [e["job_id"] for e in posts] == [jid]
+        assert "webhook failed" not in stack.worker_log(w.name)
+        assert stack.stop_worker(w) == 0
+    finally:
+        srv.shutdown()
