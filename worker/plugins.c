@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonout.h"
 #include "retort_plugin.h"
 #include "rules.h"
 #include "util.h"
@@ -250,8 +251,12 @@ size_t plugins_check(const plugins *p, const cJSON *output, const cJSON *job, cJ
     if (!p || !p->n || !cJSON_IsArray(violations))
         return 0;
     size_t added = 0;
-    char *out_text = output ? cJSON_PrintUnformatted(output) : strdup("null");
-    char *job_text = job ? cJSON_PrintUnformatted(job) : strdup("null");
+    /* Numbers as they were written (jsonin keeps their text): printed as
+     * doubles, 12345678901234567890 reached the plugin as
+     * 1.2345678901234567e+19 and 1e400 as null, while the final event
+     * carries the digits; a plugin passed a value it never saw. */
+    char *out_text = output ? jsonout_print(output) : strdup("null");
+    char *job_text = job ? jsonout_print(job) : strdup("null");
     for (size_t i = 0; i < p->n; i++) {
         const plugin *pl = &p->items[i];
         char msg[256];

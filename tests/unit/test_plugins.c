@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "jsonin.h"
 #include "plugins.h"
 #include "util.h"
 
@@ -358,6 +359,16 @@ static void test_echo(void **state)
     cJSON_Delete(o);
     cJSON_Delete(j);
     cJSON_Delete(v);
+    /* numbers as they were written (jsonin keeps their text), as the final
+     * event carries them, not as the doubles cJSON would print */
+    static const char big[] = "{\"id\":12345678901234567890,\"big\":1e400,\"p\":1.10}";
+    cJSON *bo = jsonin_parse_all(big, strlen(big), NULL);
+    assert_non_null(bo);
+    cJSON *bv = cJSON_CreateArray();
+    plugins_check(p, bo, NULL, bv);
+    assert_string_equal(str(find(bv, "OUT"), "message"), big);
+    cJSON_Delete(bv);
+    jsonin_free(bo);
     /* no job: the plugin gets "null" */
     v = run(p, "[]", NULL);
     assert_string_equal(str(find(v, "JOB"), "message"), "null");
