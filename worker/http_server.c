@@ -5,9 +5,17 @@
 #include <string.h>
 
 #define REQ_MAX 8192
+/* Connections idle or slow were never closed: each held a descriptor, and
+ * enough of them (half-open peers over weeks, or a scan) left none for
+ * the LLM calls.  A request must be read and answered within IDLE_MS, and
+ * past CONNS_MAX open the oldest is closed to make room. */
+#define IDLE_MS 5000
+#define CONNS_MAX 64
 
 typedef struct conn {
     uv_tcp_t tcp;
+    uv_timer_t timer;
+    int handles;           /* open: tcp, timer */
     http_server *srv;
     char req[REQ_MAX];
     size_t len;
@@ -21,24 +29,31 @@ struct http_server {
     http_handler handler;
     void *ud;
     int port;
-    conn *conns;
+    conn *conns;           /* newest first */
+    int nconns;
     int closing;
 };
 
 static void conn_closed(uv_handle_t *h) {
     conn *c = h->data;
     http_server *s = c->srv;
+    if (--c->handles) return;
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
+    s->nconns--;
     free(c->out);
     free(c);
     if (s->closing && !s->conns && s->listener.data == NULL) free(s);
 }
 
 static void conn_close(conn *c) {
-    if (!uv_is_closing((uv_handle_t *)&c->tcp)) uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
+    uv_close((uv_handle_t *)&c->tcp, conn_closed);
+    uv_close((uv_handle_t *)&c->timer, conn_closed);
 }
+
+static void idle_cb(uv_timer_t *t) { conn_close(t->data); }
 
 static void on_written(uv_write_t *wr, int status) { conn_close(wr->data); }
 
@@ -101,15 +116,26 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
 static void on_connection(uv_stream_t *listener, int status) {
     http_server *s = listener->data;
     if (status < 0) return;
+    if (s->nconns >= CONNS_MAX) {
+        /* the oldest that is not closing already */
+        conn *old = s->conns;
+        while (old && old->next) old = old->next;
+        while (old && uv_is_closing((uv_handle_t *)&old->tcp)) old = old->prev;
+        if (old) conn_close(old);
+    }
     conn *c = calloc(1, sizeof(*c));
     if (!c) return;
     c->srv = s;
     uv_tcp_init(listener->loop, &c->tcp);
-    c->tcp.data = c;
+    uv_timer_init(listener->loop, &c->timer);
+    c->tcp.data = c->timer.data = c;
+    c->handles = 2;
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) || uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb))
+    s->nconns++;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) || uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) ||
+        uv_timer_start(&c->timer, idle_cb, IDLE_MS, 0))
         conn_close(c);
 }
 

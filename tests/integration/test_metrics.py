@@ -1,4 +1,5 @@
 """/metrics (Prometheus text format, parsed), /healthz and /readyz."""
+import os
 import time
 import urllib.error
 import urllib.request
@@ -87,3 +88,36 @@ def test_worker_holds_more_jobs_than_calls(stack):
         s, _ = scrape(port)
         assert s[("retort_llm_inflight_calls", ())] == 0 and s[("retort_inflight_jobs", ())] == 0
         assert stack.stop_worker(w) == 0
+
+
+def test_idle_connections_to_the_metrics_port_are_closed(stack):
+    """Connections to /metrics that sent nothing stayed open for good, each
+    holding a descriptor: enough of them (half-open peers over weeks, a
+    scan) left none for the LLM calls.  A request must come within 5 s,
+    and past 64 open the oldest is closed to make room: a scrape still
+    gets through 200 idle ones."""
+    import socket
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    deadline = time.time() + 20
+    while True:
+        try:
+            scrape(port)
+            break
+        except OSError:
+            assert time.time() < deadline, "no metrics server"
+            time.sleep(0.2)
+    fds = lambda: len(os.listdir("/proc/%d/fd" % w.pid))
+    base = fds()
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+    samples, _ = scrape(port)          # served, with 200 idle ones opened before it
+    assert samples[("retort_up", (("dependency", "redis"),))] == 1
+    assert fds() <= base + 64 + 2, (fds(), base)
+    t0 = time.time()
+    last = idle[-1]
+    last.settimeout(15)
+    assert last.recv(1) == b""                 # closed by the worker, unasked
+    assert 3 < time.time() - t0 < 12
+    for s in idle:
+        s.close()
+    assert stack.stop_worker(w) == 0
