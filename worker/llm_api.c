@@ -304,6 +304,33 @@ static void openai_no_choices(llm_api_result *out) {
     snprintf(out->error, sizeof(out->error), "response has no choices");
 }
 
+/* The text of an array of content blocks ({"type": "text", "text": ...}),
+ * joined; the others (thinking, images...) left out.  Taken; NULL on out
+ * of memory.  Its length into *len. */
+static char *text_blocks(const cJSON *content, size_t *len) {
+    size_t total = 0;
+    const cJSON *block;
+    cJSON_ArrayForEach(block, content) {
+        const char *type = get_str(block, "type"), *text = get_str(block, "text");
+        if (type && !strcmp(type, "text") && text) total += strlen(text);
+    }
+    char *out = malloc(total + 1);
+    if (out) {
+        size_t off = 0;
+        cJSON_ArrayForEach(block, content) {
+            const char *type = get_str(block, "type"), *text = get_str(block, "text");
+            if (type && !strcmp(type, "text") && text) {
+                size_t n = strlen(text);
+                memcpy(out + off, text, n);
+                off += n;
+            }
+        }
+        out[off] = '\0';
+    }
+    *len = total;
+    return out;
+}
+
 static void parse_openai(const cJSON *doc, llm_api_result *out) {
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(doc, "choices");
     const cJSON *choice = cJSON_GetArrayItem(choices, 0);
@@ -316,7 +343,16 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
     }
     const cJSON *msg = cJSON_GetObjectItemCaseSensitive(choice, "message");
     const char *content = get_str(msg, "content");
-    if (content) out->text = strdup(content);
+    if (content) {
+        out->text = strdup(content);
+    } else {
+        /* Some OpenAI-compatible servers answer with content parts, as
+         * requests may send them: the text parts are the answer (read as
+         * empty, it cost every attempt). */
+        const cJSON *parts = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        size_t n;
+        if (cJSON_IsArray(parts) && (out->text = text_blocks(parts, &n))) content = out->text;
+    }
     openai_classify(out, get_str(choice, "finish_reason"), get_str(msg, "refusal"), content);
 }
 
@@ -600,7 +636,8 @@ static int oa_take_object(oa_scan *s, int *seen, oa_member_fn fn) {
 
 static int oa_message_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     oa_seen *q = ctx;
-    if (OA_KEY(k, kl, "content")) return oa_take_string(s, &s->content, &q->a);
+    /* content parts (an array) are read by the DOM */
+    if (OA_KEY(k, kl, "content")) return !q->a && s->p < s->end && *s->p == '[' ? -1 : oa_take_string(s, &s->content, &q->a);
     if (OA_KEY(k, kl, "refusal")) return oa_take_string(s, &s->refusal, &q->b);
     return oa_value(s);
 }
@@ -699,24 +736,7 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
         return;
     }
     size_t total = 0;
-    const cJSON *block;
-    cJSON_ArrayForEach(block, content) {
-        const char *type = get_str(block, "type"), *text = get_str(block, "text");
-        if (type && !strcmp(type, "text") && text) total += strlen(text);
-    }
-    out->text = malloc(total + 1);
-    if (out->text) {
-        size_t off = 0;
-        cJSON_ArrayForEach(block, content) {
-            const char *type = get_str(block, "type"), *text = get_str(block, "text");
-            if (type && !strcmp(type, "text") && text) {
-                size_t n = strlen(text);
-                memcpy(out->text + off, text, n);
-                off += n;
-            }
-        }
-        out->text[off] = '\0';
-    }
+    out->text = text_blocks(content, &total);
     anthropic_classify(out, sr, 1, total);
 }
 

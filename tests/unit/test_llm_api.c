@@ -512,6 +512,26 @@ static void test_openai_scan(void **s) {
     check_scan(body, strlen(body), 1);
     free(body);
 
+    /* content parts (some OpenAI-compatible servers): handed to the DOM,
+     * which joins the text parts */
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"{\\\"a\\\":\"},"
+               "{\"type\":\"thinking\",\"thinking\":\"hm\"},{\"type\":\"text\",\"text\":\"1}\"}]},"
+               "\"finish_reason\":\"stop\"}]}", 0);
+    static const char parts[] = "{\"choices\":[{\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"{\\\"a\\\":\"},"
+                                "{\"type\":\"thinking\",\"thinking\":\"hm\"},{\"type\":\"text\",\"text\":\"1}\"}]},"
+                                "\"finish_reason\":\"stop\"}]}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, parts, sizeof parts - 1, &r);
+    assert_int_equal(r.category, DECIDE_CAT_OK);
+    assert_string_equal(r.text, "{\"a\":1}");
+    llm_api_result_clear(&r);
+    static const char no_text[] = "{\"choices\":[{\"message\":{\"content\":[{\"type\":\"image\"}]},"
+                                  "\"finish_reason\":\"stop\"}]}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, no_text, sizeof no_text - 1, &r);
+    assert_int_equal(r.category, DECIDE_CAT_EMPTY);
+    llm_api_result_clear(&r);
+    /* a string first, an array after it: the first of duplicate keys counts */
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"x\",\"content\":[]},\"finish_reason\":\"stop\"}]}", 1);
+
     /* escapes, decoded as cJSON decodes them */
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\u20AC\\ud83d\\ude00\"},"
                "\"finish_reason\":\"st\\u006fp\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":-4}}", 1);
