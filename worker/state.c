@@ -249,7 +249,8 @@ struct state {
      * never seen to go, and the commands on it wait forever.  So replies
      * are watched: none for REPLY_TIMEOUT_MS while commands are on the
      * wire drops the connection (they are sent again after the reconnect;
-     * every script is idempotent).  This also covers a silent network. */
+     * every script but the rate limiter's is idempotent: see state.h).
+     * This also covers a silent network. */
     uv_timer_t reply_watch;
     size_t on_wire;                     /* ops sent, reply not yet in */
     uint64_t wire_since_ms;             /* last reply, or first send after none */
@@ -422,7 +423,8 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     }
     if (!r) {
         /* The connection went away with the command on it.  Every script is
-         * idempotent, so it is sent again once connected. */
+         * idempotent (the rate limiter's but for a double count, see
+         * state.h), so it is sent again once connected. */
         if (st->closing) {
             st->pending--;
             op_free(op);

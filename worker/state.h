@@ -14,8 +14,12 @@
  * Cluster the batch key would need the job's slot: single Redis only; so
  * would the delivery marks, which one script writes for several jobs).
  *
- * Every operation is idempotent, so an operation whose connection broke is
- * sent again after reconnecting: callers see it complete exactly once. */
+ * Every operation but state_rate is idempotent, so an operation whose
+ * connection broke is sent again after reconnecting: callers see it
+ * complete exactly once.  A rate-limit ask or settle sent again counts
+ * twice if the first one was applied: at most the calls of one dropped
+ * connection, taken from (or given to) buckets that refill within a
+ * minute; making it exact would cost a key per call. */
 #ifndef RETORT_STATE_H
 #define RETORT_STATE_H
 
