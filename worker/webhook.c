@@ -12,6 +12,7 @@ typedef struct delivery {
     char *job_id;
     char *body;
     int tries;
+    llm_call *call;        /* in flight, or NULL */
     uv_timer_t timer;
     struct delivery *prev, *next;
 } delivery;
@@ -71,6 +72,7 @@ static void retry_cb(uv_timer_t *t) { send_now(t->data); }
 
 static void done_cb(void *ud, const llm_response *resp) {
     delivery *d = ud;
+    d->call = NULL;
     if (resp->status >= 200 && resp->status < 300) {
         delivery_end(d);
         return;
@@ -95,7 +97,7 @@ static void done_cb(void *ud, const llm_response *resp) {
 static void send_now(delivery *d) {
     d->tries++;
     char *body = strdup(d->body);
-    if (!body || llm_client_submit(d->wh->http, d->job_id, 0, body, strlen(body), done_cb, d, NULL)) {
+    if (!body || llm_client_submit(d->wh->http, d->job_id, 0, body, strlen(body), done_cb, d, &d->call)) {
         llm_response r = {0};
         r.retry_after_ms = -1;
         done_cb(d, &r);
@@ -121,10 +123,12 @@ size_t webhook_pending(const webhook *wh) { return wh->pending; }
 
 void webhook_free(webhook *wh) {
     if (!wh) return;
-    /* Calls in flight are cancelled with the client's handles; timers close. */
+    /* Calls in flight are the client's callers' to cancel (a stop that
+     * did not wait for them); timers close. */
     while (wh->list) {
         delivery *d = wh->list;
         wh->list = d->next;
+        if (d->call) llm_client_cancel(wh->http, d->call);
         uv_close((uv_handle_t *)&d->timer, delivery_close_cb);
     }
     llm_client_free(wh->http);

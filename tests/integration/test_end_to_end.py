@@ -2,6 +2,7 @@
 to final, retry, escalation and dead-letter events, with state in Redis."""
 import http.server
 import json
+import os
 import signal
 import threading
 import time
@@ -733,3 +734,38 @@ def test_event_ids_of_every_job_id_and_run_fit_their_schema(stack, envelopes):
         check_headers(envelopes, m, "retort.job.final", jid)
         assert m["headers"]["ce_id"] == ce_id
     assert stack.stop_worker(w) == 0
+
+
+def test_a_stop_with_a_webhook_post_in_flight_frees_it(stack):
+    """The drain waits for the escalation webhook, up to
+    worker.drain_timeout_ms; a POST still in flight then was never
+    cancelled, so its call (handle, body, buffers) leaked at exit.  Under
+    the ASan build (make integration-asan) the worker runs with leak
+    detection here: a leak fails its exit code."""
+    got = []
+
+    class Hang(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(1)
+            time.sleep(20)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hang)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1")
+        w = stack.start_worker("--set", "escalation.webhook_url=http://127.0.0.1:%d/hook" % srv.server_port,
+                               "--set", "worker.drain_timeout_ms=1000", env=env)
+        jid = uid("hook-stop")
+        stack.produce_jobs([job(jid, directive="defect=refusal")])
+        stack.wait_outcomes([jid])
+        deadline = time.time() + 10
+        while not got and time.time() < deadline:
+            time.sleep(0.1)
+        assert got, "the webhook was never called"
+        assert stack.stop_worker(w) == 0
+        assert "drain timeout" in stack.worker_log(w.name)
+    finally:
+        srv.shutdown()
