@@ -170,10 +170,17 @@ static void load_file_refs(schema_registry *reg, const cJSON *doc, const char *b
             abs[schema_uri_base_len(abs)] = '\0';
             if (strncmp(abs, "file://", 7) == 0 && !already(l, abs) && l->n < MAX_REF_FILES) {
                 l->uris[l->n++] = abs;
-                char path[PATH_MAX];
-                size_t plen = schema_uri_percent_decode(abs + 7, strlen(abs + 7), path);
+                /* Decoded on the heap (decoding never lengthens): the
+                 * ref is the schema's text, of any length, and a path
+                 * no file can have (too long, or a %00 inside) is left
+                 * to the compiler's unresolvable $ref. */
+                size_t ulen = strlen(abs + 7);
+                char *path = malloc(ulen + 1);
+                size_t plen = path ? schema_uri_percent_decode(abs + 7, ulen, path) : 0;
                 size_t len = 0;
-                char *text = plen < sizeof path ? util_read_file(path, &len) : NULL;
+                char *text = path && plen < PATH_MAX && strlen(path) == plen
+                                 ? util_read_file(path, &len) : NULL;
+                free(path);
                 cJSON *sub = text ? cJSON_ParseWithLength(text, len) : NULL;
                 char err[256];
                 if (sub && schema_registry_add(reg, abs, sub, err, sizeof err) == 0)

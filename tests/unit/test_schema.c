@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1382,6 +1383,49 @@ static void test_validate_cli(void **state)
     rmdir(g_tmpdir);
 }
 
+/* A $ref naming a file no path can be (longer than PATH_MAX, or with a
+ * %00 inside) is an unresolvable $ref, not a file to read: the decoded
+ * path was written into a PATH_MAX stack buffer before its length was
+ * checked (a 20,000-byte ref overflowed it). */
+static void test_validate_cli_long_ref(void **state)
+{
+    (void)state;
+    static const size_t lens[] = { 20000, PATH_MAX, PATH_MAX - 5, 300 };
+    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/test_schema_XXXXXX");
+    assert_non_null(mkdtemp(g_tmpdir));
+    write_file("one.json", "1");
+    char inst[256], sp[256], out[4096];
+    snprintf(inst, sizeof inst, "%s/one.json", g_tmpdir);
+    snprintf(sp, sizeof sp, "%s/longref.json", g_tmpdir);
+    for (size_t i = 0; i <= sizeof lens / sizeof lens[0]; i++) {
+        size_t n = i < sizeof lens / sizeof lens[0] ? lens[i] : 0;
+        char *text = malloc(n + 64);
+        assert_non_null(text);
+        if (n) {
+            strcpy(text, "{\"$ref\":\"");
+            memset(text + 9, 'a', n);
+            strcpy(text + 9 + n, ".json\"}");
+        } else {
+            /* one.json, but with a NUL in its name: not that file */
+            strcpy(text, "{\"$ref\":\"one.json%00x\"}");
+        }
+        write_file("longref.json", text);
+        free(text);
+        char *argv[] = { "validate", sp, inst };
+        assert_int_equal(run_cli(argv, 3, out, sizeof out), 2);
+        assert_string_equal(out, "");
+        if (!strstr(g_stderr, "unresolvable $ref"))
+            fail_msg("ref of %zu bytes: %s", n, g_stderr);
+    }
+    const char *names[] = { "one.json", "longref.json", "stdout.txt", "stderr.txt" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s", g_tmpdir, names[i]);
+        unlink(p);
+    }
+    rmdir(g_tmpdir);
+}
+
 static void test_registry_load_dir(void **state)
 {
     (void)state;
@@ -1461,6 +1505,7 @@ int main(void)
         cmocka_unit_test(test_numbers_as_written),
         cmocka_unit_test(test_member_names_compared_exactly),
         cmocka_unit_test(test_validate_cli),
+        cmocka_unit_test(test_validate_cli_long_ref),
         cmocka_unit_test(test_registry_load_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
