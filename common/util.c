@@ -54,31 +54,77 @@ void util_rfc3339(int64_t wall_ms, char *buf, size_t len) {
     *p = '\0';
 }
 
-int util_parse_rfc3339(const char *s, int64_t *wall_ms) {
-    int y, mo, d, h, mi, sec, n = 0;
-    if (sscanf(s, "%4d-%2d-%2d%*1[Tt]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6 || n != 19)
-        return -1;
-    const char *p = s + n;
+/* n decimal digits at s (no sign, no space: sscanf's %2d took " 1" and
+ * "+1"); -1 if any is not a digit. */
+static int rfc3339_num(const char *s, int n) {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static int rfc3339_days_in_month(int y, int m) {
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
+    return days[m - 1];
+}
+
+static int rfc3339_fail(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int rfc3339_fail(char *why, size_t whylen, const char *fmt, ...) {
+    if (why && whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whylen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int util_parse_rfc3339(const char *s, int64_t *wall_ms, char *why, size_t whylen) {
+    static const char form[] = "not of the form YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)";
+    if (strnlen(s, 19) < 19 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't') ||
+        s[13] != ':' || s[16] != ':')
+        return rfc3339_fail(why, whylen, "%s", form);
+    int y = rfc3339_num(s, 4), mo = rfc3339_num(s + 5, 2), d = rfc3339_num(s + 8, 2);
+    int h = rfc3339_num(s + 11, 2), mi = rfc3339_num(s + 14, 2), sec = rfc3339_num(s + 17, 2);
+    if (y < 0 || mo < 0 || d < 0 || h < 0 || mi < 0 || sec < 0)
+        return rfc3339_fail(why, whylen, "%s", form);
+    const char *p = s + 19;
     int64_t frac_ms = 0;
     if (*p == '.') {
         int digits = 0;
         for (p++; *p >= '0' && *p <= '9'; p++, digits++)
             if (digits < 3) frac_ms = frac_ms * 10 + (*p - '0');
-        if (!digits) return -1;
+        if (!digits) return rfc3339_fail(why, whylen, "%s", form);
         for (; digits < 3; digits++) frac_ms *= 10;
     }
     int64_t offset_s = 0;
     if (*p == 'Z' || *p == 'z') {
         p++;
     } else if (*p == '+' || *p == '-') {
-        int oh, om, m = 0;
-        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &m) != 2 || m != 5) return -1;
+        /* (each read stops at the first byte that is not a digit: none
+         * past the NUL) */
+        int oh = rfc3339_num(p + 1, 2), om = oh < 0 || p[3] != ':' ? -1 : rfc3339_num(p + 4, 2);
+        if (om < 0) return rfc3339_fail(why, whylen, "%s", form);
+        if (oh > 23 || om > 59)
+            return rfc3339_fail(why, whylen, "offset %.6s is out of range (hours 00-23, minutes 00-59)", p);
         offset_s = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
         p += 6;
     } else {
-        return -1;
+        return rfc3339_fail(why, whylen, "%s", form);
     }
-    if (*p || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return -1;
+    if (*p) return rfc3339_fail(why, whylen, "%s", form);
+    /* timegm would take 2026-02-31 for March 3rd: a date that does not
+     * exist is refused, not moved */
+    if (mo < 1 || mo > 12) return rfc3339_fail(why, whylen, "month %02d does not exist", mo);
+    if (d < 1 || d > rfc3339_days_in_month(y, mo))
+        return rfc3339_fail(why, whylen, "day %02d does not exist in %04d-%02d (%d days)", d, y, mo,
+                            rfc3339_days_in_month(y, mo));
+    /* 60: a leap second (timegm makes it the next minute's first) */
+    if (h > 23 || mi > 59 || sec > 60)
+        return rfc3339_fail(why, whylen, "time %.8s is out of range", s + 11);
     struct tm tm = {0};
     tm.tm_year = y - 1900;
     tm.tm_mon = mo - 1;

@@ -13,8 +13,10 @@ int64_t util_wall_ms(void);   /* wall clock, ms since the epoch */
 /* RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
 void util_rfc3339(int64_t wall_ms, char *buf, size_t len);
 
-/* Parses an RFC 3339 date-time into ms since the epoch.  0 = ok. */
-int util_parse_rfc3339(const char *s, int64_t *wall_ms);
+/* Parses an RFC 3339 date-time into ms since the epoch.  0 = ok; -1 with
+ * why (may be NULL) saying what is wrong: the form, or a part out of range
+ * (a day its month does not have, an offset beyond 23:59). */
+int util_parse_rfc3339(const char *s, int64_t *wall_ms, char *why, size_t whylen);
 
 /* 1 when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
 int util_utf8_valid(const char *s, size_t len);

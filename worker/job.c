@@ -80,8 +80,10 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
     const cJSON *tb = cJSON_GetObjectItemCaseSensitive(doc, "token_budget");
     out->token_budget = (long)num_in(tb, 1000000000000000LL, 0);
     const char *deadline = get_str(doc, "deadline");
-    if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms)) {
-        snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time", deadline);
+    char why[128];
+    if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms, why, sizeof(why))) {
+        snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time: %s", deadline, why);
+        util_utf8_cut_end(err);
         memset(out, 0, sizeof(*out));
         jsonin_free(doc);
         return -1;

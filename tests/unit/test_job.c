@@ -85,6 +85,13 @@ static void test_rejected(void **s)
           "message has \\u0000 (the NUL character) in a string at byte 39, which is not accepted" },
         { "{\"job_id\":\"a\",\"schema\":\"x\xff\"}", "message is not valid UTF-8" },
         { "{\"job_id\":\"\",\"schema\":\"x\"}", "not a valid job: /job_id: " },
+        /* a deadline that does not exist is a dead letter that says why */
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"deadline\":\"2026-02-31T00:00:00Z\"}",
+          "not a valid job: /deadline: '2026-02-31T00:00:00Z' is not an RFC 3339 date-time: "
+          "day 31 does not exist in 2026-02 (28 days)" },
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"deadline\":\"2026-01-01T00:00:00+99:99\"}",
+          "not a valid job: /deadline: '2026-01-01T00:00:00+99:99' is not an RFC 3339 date-time: "
+          "offset +99:99 is out of range" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_rejected(env, bad[i].text, bad[i].err);

@@ -31,12 +31,73 @@ static void test_rfc3339(void **s) {
         snprintf(want + n, sizeof(want) - n, ".%03dZ", (int)(stamps[i] % 1000));
         assert_string_equal(got, want);
         int64_t back = 0;
-        assert_int_equal(util_parse_rfc3339(got, &back), 0);
+        assert_int_equal(util_parse_rfc3339(got, &back, NULL, 0), 0);
         assert_true(back == stamps[i]);
     }
     char small[10] = "xxxxxxxxx";
     util_rfc3339(1000, small, sizeof(small));
     assert_string_equal(small, ""); /* too small: empty, never cut */
+}
+
+/* Dates that do not exist and offsets beyond a day are refused with the
+ * reason, not moved (timegm took 2026-02-31 for March 3rd, and sscanf's
+ * %2d took +99:99, " 1" and "+1"). */
+static void test_parse_rfc3339_ranges(void **s) {
+    (void)s;
+    static const struct {
+        const char *text;
+        int64_t ms;
+    } ok[] = {
+        {"2024-02-29T00:00:00Z", 1709164800000},
+        {"1600-02-29T00:00:00Z", -11670998400000},
+        {"2000-02-29T12:00:00.5+01:30", 951820200500},
+        {"2026-11-26T01:00:00-23:59", 1795741140000},
+        {"2026-12-31T23:59:60Z", 1798761600000}, /* leap second */
+        {"2027-01-01t00:00:00.000999z", 1798761600000},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        int64_t ms = 0;
+        char why[128] = "";
+        if (util_parse_rfc3339(ok[i].text, &ms, why, sizeof(why)) != 0)
+            fail_msg("%s refused: %s", ok[i].text, why);
+        if (ms != ok[i].ms) fail_msg("%s: %lld, expected %lld", ok[i].text, (long long)ms, (long long)ok[i].ms);
+    }
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"2026-02-31T00:00:00Z", "day 31 does not exist in 2026-02 (28 days)"},
+        {"2023-02-29T00:00:00Z", "day 29 does not exist in 2023-02 (28 days)"},
+        {"1900-02-29T00:00:00Z", "day 29 does not exist in 1900-02 (28 days)"},
+        {"2026-04-31T00:00:00Z", "day 31 does not exist in 2026-04 (30 days)"},
+        {"2026-01-00T00:00:00Z", "day 00 does not exist in 2026-01 (31 days)"},
+        {"2026-13-01T00:00:00Z", "month 13 does not exist"},
+        {"2026-00-01T00:00:00Z", "month 00 does not exist"},
+        {"2026-01-01T00:00:00+99:99", "offset +99:99 is out of range (hours 00-23, minutes 00-59)"},
+        {"2026-01-01T00:00:00-24:00", "offset -24:00 is out of range"},
+        {"2026-01-01T00:00:00+23:60", "offset +23:60 is out of range"},
+        {"2026-01-01T24:00:00Z", "time 24:00:00 is out of range"},
+        {"2026-01-01T23:60:00Z", "time 23:60:00 is out of range"},
+        {"2026-01-01T23:59:61Z", "time 23:59:61 is out of range"},
+        {"2026-+1-01T00:00:00Z", "not of the form"},
+        {"2026- 1-01T00:00:00Z", "not of the form"},
+        {"2026-01-01T00:00:00+", "not of the form"},
+        {"2026-01-01T00:00:00+01", "not of the form"},
+        {"2026-01-01T00:00:00+01:0", "not of the form"},
+        {"2026-01-01T00:00:00+01:000", "not of the form"},
+        {"2026-01-01T00:00:00.Z", "not of the form"},
+        {"2026-01-01 00:00:00Z", "not of the form"},
+        {"2026-01-01T00:00:00", "not of the form"},
+        {"2026-01-01", "not of the form"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t ms = 0;
+        char why[128] = "";
+        if (util_parse_rfc3339(bad[i].text, &ms, why, sizeof(why)) != -1)
+            fail_msg("%s accepted (%lld)", bad[i].text, (long long)ms);
+        if (strncmp(why, bad[i].why, strlen(bad[i].why)) != 0)
+            fail_msg("%s: \"%s\", expected \"%s...\"", bad[i].text, why, bad[i].why);
+        assert_int_equal(util_parse_rfc3339(bad[i].text, &ms, NULL, 0), -1);
+    }
 }
 
 static void test_sbuf_printf_grows(void **s) {
@@ -298,6 +359,7 @@ static void test_read_file(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rfc3339),
+        cmocka_unit_test(test_parse_rfc3339_ranges),
         cmocka_unit_test(test_sbuf_printf_grows),
         cmocka_unit_test(test_json_string),
         cmocka_unit_test(test_read_file),
