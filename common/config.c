@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,8 +182,11 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
         int in = n > 14 && !strcmp(key + n - 6, ".input");
         int outp = n > 15 && !strcmp(key + n - 7, ".output");
         char *end;
+        errno = 0;
         double d = strtod(value, &end);
-        if ((!in && !outp) || end == value || *end || d < 0) {
+        /* !(d >= 0): NaN too; strtod also reads "inf", and 1e999 as inf
+         * with ERANGE */
+        if ((!in && !outp) || end == value || *end || errno == ERANGE || !isfinite(d) || !(d >= 0)) {
             snprintf(err, errlen, "config key '%s': expected pricing.MODEL.input or .output = USD per million tokens", key);
             return -1;
         }
@@ -267,9 +271,20 @@ int config_load_file(config *cfg, const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
         return -1;
     }
-    char line[8192];
+    /* getline: a line of any length (a PEM value runs to kilobytes); fgets
+     * into a fixed buffer read the rest of a long one as a line of its own */
+    char *line = NULL;
+    size_t cap = 0;
     int lineno = 0, rc = 0;
-    while (fgets(line, sizeof(line), f)) {
+    for (;;) {
+        errno = 0;
+        if (getline(&line, &cap, f) == -1) {
+            if (ferror(f) || !feof(f)) { /* a read error, or out of memory */
+                snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(errno ? errno : EIO));
+                rc = -1;
+            }
+            break;
+        }
         lineno++;
         char *s = trim(line);
         if (!*s || *s == '#' || *s == '!') continue;
@@ -289,6 +304,7 @@ int config_load_file(config *cfg, const char *path, char *err, size_t errlen) {
         }
     }
 done:
+    free(line);
     fclose(f);
     return rc;
 }

@@ -78,6 +78,62 @@ static void test_file_env_precedence(void **s) {
     unlink(path);
 }
 
+/* Prices are finite numbers from 0: strtod reads "nan", "inf" and 1e999
+ * (inf, ERANGE), and NaN < 0 is false, so all of them were taken. */
+static void test_pricing_values(void **s) {
+    (void)s;
+    static const struct {
+        const char *value;
+        int ok;
+    } cases[] = {
+        {"0", 1}, {"2.5", 1}, {"0.15", 1}, {"1e3", 1}, {"-0", 1},
+        {"nan", 0}, {"NaN", 0}, {"-nan", 0}, {"nan(0x1)", 0}, {"inf", 0}, {"-inf", 0},
+        {"Infinity", 0}, {"1e999", 0}, {"-1e999", 0}, {"1e-400", 0}, {"-1", 0},
+        {"", 0}, {"1.5x", 0}, {"0x", 0},
+    };
+    config *c = config_new();
+    char err[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        err[0] = '\0';
+        int rc = config_set(c, "pricing.gpt-4o.input", cases[i].value, err, sizeof(err));
+        if ((rc == 0) != cases[i].ok)
+            fail_msg("pricing '%s': %s", cases[i].value, rc ? err : "accepted");
+        if (!cases[i].ok) assert_non_null(strstr(err, "pricing.gpt-4o.input"));
+    }
+    config_free(c);
+}
+
+/* A line of any length is one line: fgets into 8 KB read the rest of a
+ * longer one (a PEM value) as a line of its own. */
+static void test_long_line(void **s) {
+    (void)s;
+    char path[] = "/tmp/retort-test-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fdopen(fd, "w");
+    static const size_t lens[] = {8190, 8191, 8192, 20000, 100000};
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        fprintf(f, "kafka.x%zu=", i);
+        for (size_t k = 0; k + 2 < lens[i]; k++) fputc('A', f);
+        fputs("==\n", f);
+    }
+    fputs("llm.max_inflight=7\n", f);
+    fclose(f);
+    config *c = config_new();
+    char err[512] = "";
+    if (config_load_file(c, path, err, sizeof(err)) != 0) fail_msg("%s", err);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "kafka.x%zu", i);
+        const char *v = config_get(c, key);
+        assert_non_null(v);
+        assert_int_equal(strlen(v), lens[i]);
+        assert_string_equal(v + lens[i] - 2, "==");
+    }
+    assert_int_equal(config_get_int(c, "llm.max_inflight"), 7);
+    config_free(c);
+    unlink(path);
+}
+
 static void test_secret_masked(void **s) {
     (void)s;
     config *c = config_new();
@@ -99,6 +155,8 @@ int main(void) {
         cmocka_unit_test(test_defaults_and_set),
         cmocka_unit_test(test_file_env_precedence),
         cmocka_unit_test(test_secret_masked),
+        cmocka_unit_test(test_pricing_values),
+        cmocka_unit_test(test_long_line),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
