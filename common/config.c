@@ -8,13 +8,22 @@
 
 typedef enum { CFG_STR, CFG_INT, CFG_BOOL, CFG_ENUM } cfg_type;
 
+/* What --print-config hides of a value. */
+enum {
+    CFG_MASK_NONE = 0,
+    CFG_MASK_ALL,       /* a password */
+    CFG_MASK_URL_CREDS, /* a URL's userinfo, query and fragment (an endpoint) */
+    CFG_MASK_URL_PATH,  /* all but the scheme and host (a Slack webhook URL's
+                           path is its secret) */
+};
+
 typedef struct cfg_def {
     const char *key;
     cfg_type type;
     const char *def;
     long long min, max;   /* CFG_INT */
     const char *choices;  /* CFG_ENUM: "a|b|c" */
-    int secret;
+    int secret;           /* what config_dump hides: a CFG_MASK_* */
     const char *help;
 } cfg_def;
 
@@ -33,12 +42,12 @@ static const cfg_def cfg_defs[] = {
     E("topics.outcome_partitioning", "key", "key|sticky", "how final, escalation and dead-letter events spread over their topic's partitions: key (librdkafka's partitioner on the job id: a job's events stay in order on one partition) or sticky (each worker fills one partition for a window of kafka.producer.linger.ms, or kafka.producer.sticky.partitioning.linger.ms if set, then the next: one produce request per window instead of one per partition, but a job's events of different runs may land on different partitions); the key is the job id either way, and retry jobs always go by key"),
     S("redis.host", "127.0.0.1", "Redis host"),
     I("redis.port", "6379", 1, 65535, "Redis port"),
-    {"redis.password", CFG_STR, "", 0, 0, NULL, 1, "Redis password (AUTH); empty for none"},
+    {"redis.password", CFG_STR, "", 0, 0, NULL, CFG_MASK_ALL, "Redis password (AUTH); empty for none"},
     I("redis.db", "0", 0, 1024, "Redis database number"),
     S("redis.key_prefix", "retort", "prefix of every Redis key"),
     I("redis.ttl_s", "604800", 60, 31536000, "lifetime of a job's state in Redis, seconds"),
     E("llm.provider", "openai", "openai|anthropic", "LLM API: OpenAI-compatible chat completions or Anthropic Messages"),
-    S("llm.base_url", "http://127.0.0.1:8000/v1", "base URL; requests go to {base_url}/chat/completions or {base_url}/messages"),
+    {"llm.base_url", CFG_STR, "http://127.0.0.1:8000/v1", 0, 0, NULL, CFG_MASK_URL_CREDS, "base URL; requests go to {base_url}/chat/completions or {base_url}/messages"},
     S("llm.api_key_env", "OPENAI_API_KEY", "name of the environment variable holding the API key (the key itself is never logged)"),
     S("llm.model", "gpt-4o-mini", "model used when a job names none"),
     I("llm.timeout_ms", "60000", 100, 3600000, "whole-request timeout"),
@@ -63,7 +72,7 @@ static const cfg_def cfg_defs[] = {
     I("retry.max_message_bytes", "900000", 4096, 100000000, "a retry job larger than this is cut (previous output to 1 KiB and 5 violations, then no output and 1 violation); keep under the topic's max message size (a retry Kafka refuses as too large is cut further, at last to no reflection)"),
     B("retry.local", "true", "run a job's next attempt here as soon as its retry job is delivered, instead of when the retry job comes back from Kafka behind the backlog of its partition; the retry job still goes to the topic (the job's message stays uncommitted until the attempt ends, and whoever reads the retry job finds the attempt done, or waits for it, or takes it over if this worker dies)"),
     I("retry.token_budget", "0", 0, 1000000000, "tokens per job over all attempts when the job sets no token_budget (0: none)"),
-    S("escalation.webhook_url", "", "POST every escalation event here as well (empty: off)"),
+    {"escalation.webhook_url", CFG_STR, "", 0, 0, NULL, CFG_MASK_URL_PATH, "POST every escalation event here as well (empty: off)"},
     I("escalation.webhook_timeout_ms", "5000", 100, 600000, "timeout of one webhook call"),
     I("escalation.webhook_retries", "5", 0, 100, "retries of a failed webhook call (backoff, Retry-After honoured)"),
     S("retry.template", "", "repair prompt template ({attempt} {max} {reason} {violations} {schema} {previous_output}); empty: built-in"),
@@ -381,12 +390,99 @@ void config_print_help(FILE *out) {
                  "  kafka.producer.<property>      librdkafka property for the producer only\n");
 }
 
+/* librdkafka properties known to hold no secret, shown by config_dump;
+ * any other kafka.* value is masked (sasl.password, ssl.key.pem,
+ * ssl.key.password, sasl.oauthbearer.config with its clientSecret,
+ * sasl.jaas.config, and whatever a later librdkafka adds). */
+static const char *const kafka_clear[] = {
+    "bootstrap.servers", "metadata.broker.list", "client.id", "client.rack", "client.dns.lookup",
+    "group.id", "group.instance.id", "group.protocol", "group.remote.assignor",
+    "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
+    "max.poll.interval.ms", "auto.offset.reset", "enable.auto.commit", "enable.auto.offset.store",
+    "auto.commit.interval.ms", "enable.partition.eof", "isolation.level", "check.crcs",
+    "allow.auto.create.topics", "fetch.min.bytes", "fetch.max.bytes", "fetch.wait.max.ms",
+    "fetch.message.max.bytes", "max.partition.fetch.bytes", "fetch.error.backoff.ms",
+    "queued.min.messages", "queued.max.messages.kbytes", "linger.ms", "queue.buffering.max.ms",
+    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "batch.num.messages",
+    "batch.size", "compression.type", "compression.codec", "compression.level", "acks",
+    "request.required.acks", "enable.idempotence", "enable.gapless.guarantee",
+    "message.timeout.ms", "delivery.timeout.ms", "message.max.bytes", "receive.message.max.bytes",
+    "max.in.flight", "max.in.flight.requests.per.connection", "retries", "message.send.max.retries",
+    "retry.backoff.ms", "retry.backoff.max.ms", "request.timeout.ms", "socket.timeout.ms",
+    "socket.keepalive.enable", "socket.nagle.disable", "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes", "socket.connection.setup.timeout.ms", "connections.max.idle.ms",
+    "reconnect.backoff.ms", "reconnect.backoff.max.ms", "metadata.max.age.ms",
+    "topic.metadata.refresh.interval.ms", "topic.metadata.refresh.sparse",
+    "topic.metadata.propagation.max.ms", "broker.address.family", "broker.address.ttl",
+    "api.version.request", "api.version.request.timeout.ms", "broker.version.fallback",
+    "statistics.interval.ms", "debug", "log_level", "log.connection.close", "log.queue",
+    "partitioner", "sticky.partitioning.linger.ms", "transactional.id", "transaction.timeout.ms",
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username",
+    "sasl.kerberos.service.name", "sasl.kerberos.principal", "sasl.oauthbearer.method",
+    "sasl.oauthbearer.client.id", "sasl.oauthbearer.scope", "ssl.ca.location",
+    "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location",
+    "ssl.ca.certificate.stores", "ssl.endpoint.identification.algorithm",
+    "enable.ssl.certificate.verification", "ssl.cipher.suites", "ssl.curves.list",
+    "ssl.sigalgs.list",
+};
+
+/* How config_dump shows the value of key. */
+static int dump_mask(const char *key) {
+    const cfg_def *d = find_def(key);
+    if (d) return d->secret;
+    if (!strncmp(key, "pricing.", 8) || !strncmp(key, "ratelimit.", 10))
+        return CFG_MASK_NONE; /* numbers (config_set checked them) */
+    if (strncmp(key, "kafka.", 6) != 0) return CFG_MASK_ALL; /* none such: set() refuses */
+    const char *prop = key + 6;
+    if (!strncmp(prop, "consumer.", 9)) prop += 9;
+    else if (!strncmp(prop, "producer.", 9)) prop += 9;
+    for (size_t i = 0; i < sizeof(kafka_clear) / sizeof(kafka_clear[0]); i++)
+        if (!strcmp(prop, kafka_clear[i])) return CFG_MASK_NONE;
+    return CFG_MASK_ALL;
+}
+
+#define MASK "********"
+
+/* A URL with its secret parts masked (mask: CFG_MASK_URL_*); a value that
+ * is not scheme://... is masked whole. */
+static void dump_url(FILE *out, const char *v, int mask) {
+    const char *sep = strstr(v, "://");
+    if (!sep || sep == v || strcspn(v, "/?#@") < (size_t)(sep - v)) {
+        fputs(MASK, out);
+        return;
+    }
+    const char *auth = sep + 3;
+    size_t alen = strcspn(auth, "/?#");
+    const char *at = NULL; /* the last '@' of the authority ends its userinfo */
+    for (const char *p = auth; p < auth + alen; p++)
+        if (*p == '@') at = p;
+    const char *host = at ? at + 1 : auth;
+    fprintf(out, "%.*s%s%.*s", (int)(auth - v), v, at ? MASK "@" : "", (int)(auth + alen - host), host);
+    const char *rest = auth + alen;
+    if (mask == CFG_MASK_URL_PATH) {
+        if (*rest) fputs("/" MASK, out);
+        return;
+    }
+    size_t plen = strcspn(rest, "?#");
+    fprintf(out, "%.*s", (int)plen, rest);
+    rest += plen;
+    if (*rest == '?') {
+        fputs("?" MASK, out);
+        rest += strcspn(rest, "#");
+    }
+    if (*rest == '#') fputs("#" MASK, out);
+}
+
 void config_dump(const config *cfg, FILE *out) {
+    fputs("# " MASK " stands for what is masked: passwords, URL credentials, queries and a webhook\n"
+          "# URL's path, and every kafka.* value but those of properties known to hold no secret\n", out);
     for (size_t i = 0; i < cfg->count; i++) {
-        const cfg_def *d = find_def(cfg->entries[i].key);
-        int secret = (d && d->secret) || strstr(cfg->entries[i].key, "password") ||
-                     strstr(cfg->entries[i].key, "secret");
-        fprintf(out, "%s=%s\n", cfg->entries[i].key,
-                secret && cfg->entries[i].value[0] ? "********" : cfg->entries[i].value);
+        const char *key = cfg->entries[i].key, *v = cfg->entries[i].value;
+        int mask = v[0] ? dump_mask(key) : CFG_MASK_NONE; /* empty: nothing to hide */
+        fprintf(out, "%s=", key);
+        if (mask == CFG_MASK_NONE) fputs(v, out);
+        else if (mask == CFG_MASK_ALL) fputs(MASK, out);
+        else dump_url(out, v, mask);
+        fputc('\n', out);
     }
 }

@@ -37,7 +37,11 @@ void config_foreach_prefix(const config *cfg, const char *prefix,
 
 /* Lists every key, its default and its meaning. */
 void config_print_help(FILE *out);
-/* Prints the effective configuration; secret values are masked. */
+/* Prints the effective configuration as key=value lines, secrets masked
+ * as ********: redis.password; llm.base_url's userinfo, query and
+ * fragment; all of escalation.webhook_url but its scheme and host; every
+ * kafka.* value but those of librdkafka properties known to hold no secret
+ * (config.c kafka_clear).  Empty values show as they are. */
 void config_dump(const config *cfg, FILE *out);
 
 #endif

@@ -134,18 +134,62 @@ static void test_long_line(void **s) {
     unlink(path);
 }
 
+/* --print-config masks every secret: a password, a key in PEM, an
+ * OAUTHBEARER client secret, a Slack webhook URL's path; any kafka.*
+ * property not known to hold none; the credentials and query of a URL. */
 static void test_secret_masked(void **s) {
     (void)s;
+    static const struct {
+        const char *key, *value, *shown;
+    } cases[] = {
+        {"redis.password", "hunter2", "********"},
+        {"kafka.ssl.key.pem", "-----BEGIN PRIVATE KEY-----MIIEv", "********"},
+        {"kafka.ssl.key.password", "pw1", "********"},
+        {"kafka.sasl.password", "pw2", "********"},
+        {"kafka.sasl.oauthbearer.config", "clientId=retort clientSecret=s3cr3t", "********"},
+        {"kafka.sasl.oauthbearer.client.secret", "s3cr3t2", "********"},
+        {"kafka.sasl.jaas.config", "org.apache.kafka...PlainLoginModule password=\"x\";", "********"},
+        {"kafka.consumer.ssl.keystore.password", "pw3", "********"},
+        {"kafka.producer.some.future.token", "tok", "********"},
+        {"escalation.webhook_url", "https://hooks.slack.com/services/T000/B000/XXXXSECRET",
+         "https://hooks.slack.com/********"},
+        {"llm.base_url", "https://user:pa55@llm.example:8443/v1?key=abc#frag",
+         "https://********@llm.example:8443/v1?********#********"},
+        /* harmless: shown as they are */
+        {"kafka.bootstrap.servers", "b1:9092,b2:9092", "b1:9092,b2:9092"},
+        {"kafka.producer.linger.ms", "5", "5"},
+        {"kafka.sasl.username", "retort", "retort"},
+        {"kafka.ssl.key.location", "/etc/retort/key.pem", "/etc/retort/key.pem"},
+        {"pricing.gpt-4o.input", "2.5", "2.5"},
+        {"ratelimit.gpt-4o.rpm", "500", "500"},
+        {"llm.model", "gpt-4o-mini", "gpt-4o-mini"},
+        {"metrics.host", "127.0.0.1", "127.0.0.1"},
+    };
     config *c = config_new();
     char err[256];
-    config_set(c, "redis.password", "hunter2", err, sizeof(err));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (config_set(c, cases[i].key, cases[i].value, err, sizeof(err))) fail_msg("%s", err);
+    /* a URL without a scheme is masked whole; a plain one and an empty
+     * value show as they are */
+    config_set(c, "kafka.sasl.oauthbearer.token.endpoint.url", "no-scheme/with/path", err, sizeof(err));
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     config_dump(c, f);
     fclose(f);
-    assert_null(strstr(buf, "hunter2"));
-    assert_non_null(strstr(buf, "redis.password=********"));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char want[256];
+        snprintf(want, sizeof(want), "\n%s=%s\n", cases[i].key, cases[i].shown);
+        if (!strstr(buf, want)) fail_msg("no line %s in:\n%s", want + 1, buf);
+    }
+    static const char *const hidden[] = {"hunter2", "PRIVATE", "pw1", "pw2", "pw3", "s3cr3t",
+                                         "password=\"x", "tok\n", "XXXXSECRET", "T000", "pa55", "abc",
+                                         "frag", "with/path"};
+    for (size_t i = 0; i < sizeof(hidden) / sizeof(hidden[0]); i++)
+        if (strstr(buf, hidden[i])) fail_msg("'%s' shown:\n%s", hidden[i], buf);
+    assert_non_null(strstr(buf, "\nkafka.sasl.oauthbearer.token.endpoint.url=********\n"));
+    assert_non_null(strstr(buf, "\nllm.ca_file=\n"));
+    assert_non_null(strstr(buf, "\nredis.host=127.0.0.1\n"));
     free(buf);
     config_free(c);
 }
