@@ -67,6 +67,7 @@ void log_init(log_level level, log_format format, const char *worker) {
     else
         log_json = format == LOG_FORMAT_JSON;
     snprintf(log_worker, sizeof(log_worker), "%s", worker ? worker : "");
+    util_utf8_cut_end(log_worker);
 }
 
 int log_level_parse(const char *s, log_level *out) {
@@ -93,10 +94,27 @@ int log_format_parse(const char *s, log_format *out) {
 
 int log_enabled(log_level level) { return level >= log_min; }
 
-/* Appends s JSON-escaped; returns the new length (clamped to cap - 1). */
+/* Appends s JSON-escaped; returns the new length (clamped to cap - 1).
+ * A character is copied whole or not at all, so that a line cut at cap
+ * stays UTF-8 (byte by byte, the cut fell inside one), and a byte that
+ * begins no valid character (a message may quote anything) becomes
+ * \ufffd: a log line is always valid JSON. */
 static size_t json_escape_into(char *buf, size_t len, size_t cap, const char *s) {
-    for (; *s && len + 7 < cap; s++) {
+    while (*s && len + 7 < cap) { /* room for the longest: \u00XX */
         unsigned char c = (unsigned char)*s;
+        if (c >= 0x80) {
+            size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+            if (strnlen(s, n) < n || !util_utf8_valid(s, n)) {
+                memcpy(buf + len, "\\ufffd", 6);
+                len += 6;
+                s++;
+            } else {
+                memcpy(buf + len, s, n);
+                len += n;
+                s += n;
+            }
+            continue;
+        }
         if (c == '"' || c == '\\') {
             buf[len++] = '\\';
             buf[len++] = (char)c;
@@ -108,6 +126,27 @@ static size_t json_escape_into(char *buf, size_t len, size_t cap, const char *s)
         } else {
             buf[len++] = (char)c;
         }
+        s++;
+    }
+    buf[len] = '\0';
+    return len;
+}
+
+/* Appends s for the text format: a newline or carriage return as \n or
+ * \r (a record is one line), cut below cap on a character's boundary. */
+static size_t text_escape_into(char *buf, size_t len, size_t cap, const char *s) {
+    size_t start = len;
+    for (; *s && len + 2 < cap; s++) {
+        if (*s == '\n' || *s == '\r') {
+            buf[len++] = '\\';
+            buf[len++] = *s == '\n' ? 'n' : 'r';
+        } else {
+            buf[len++] = *s;
+        }
+    }
+    if (((unsigned char)*s & 0xC0) == 0x80) { /* stopped inside a character: drop its start */
+        while (len > start && ((unsigned char)buf[len - 1] & 0xC0) == 0x80) len--;
+        if (len > start) len--;
     }
     buf[len] = '\0';
     return len;
@@ -130,7 +169,8 @@ void log_msg(log_level level, const char *job_id, int attempt, const char *fmt, 
     char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (vsnprintf(msg, sizeof(msg), fmt, ap) >= (int)sizeof(msg))
+        util_utf8_cut_end(msg); /* cut inside a character: drop it */
     va_end(ap);
 
     struct timeval tv;
@@ -171,7 +211,13 @@ void log_msg(log_level level, const char *job_id, int attempt, const char *fmt, 
         char ctx[256] = "";
         if (job_id && attempt > 0) snprintf(ctx, sizeof(ctx), " [%s#%s]", job_id, att);
         else if (job_id) snprintf(ctx, sizeof(ctx), " [%s]", job_id);
-        snprintf(line, sizeof(line), "%s %-5s %s%s %s\n", ts + 11, lname, log_worker, ctx, msg);
+        util_utf8_cut_end(ctx);
+        /* the prefix is short (< 400 bytes); the message is cut to leave
+         * room for the newline, which snprintf cut off a long record */
+        int n = snprintf(line, sizeof(line), "%s %-5s %s%s ", ts + 11, lname, log_worker, ctx);
+        len = text_escape_into(line, (size_t)n, sizeof(line) - 1, msg);
+        line[len++] = '\n';
+        line[len] = '\0';
     }
     size_t ll = strlen(line);
     if (buffering()) {

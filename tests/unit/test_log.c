@@ -1,5 +1,6 @@
 /* test_log.c - log.c: records as lines on stderr, buffered per loop turn. */
 #include "log.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -96,6 +97,116 @@ static void test_line_is_json(void **state)
     cJSON_Delete(line);
 }
 
+/* stderr emptied, for the next record */
+static void reset_stderr(void)
+{
+    assert_int_equal(ftruncate(STDERR_FILENO, 0), 0);
+    assert_int_equal(lseek(STDERR_FILENO, 0, SEEK_SET), 0);
+}
+
+/* s repeated to n bytes (whole copies) after lead bytes of 'a' */
+static void fill(char *out, size_t lead, const char *s, size_t n)
+{
+    memset(out, 'a', lead);
+    size_t len = lead, k = strlen(s);
+    while (len + k <= n) {
+        memcpy(out + len, s, k);
+        len += k;
+    }
+    out[len] = '\0';
+}
+
+/* A JSON line is valid UTF-8 wherever it is cut: the message at 2,047
+ * bytes (vsnprintf), the message or the job id at the line's end (the
+ * escape loop, after escapes lengthened it), and a message quoting bytes
+ * that are not UTF-8.  Every lead length moves the cut across a
+ * character's bytes. */
+static void test_json_line_stays_utf8(void **state)
+{
+    (void)state;
+    static char buf[16384], msg[8192], id[8192];
+    static const struct {
+        const char *ctrl; /* bytes that escape to 6 each, before the text */
+        size_t nctrl;
+        const char *text, *id_text; /* repeated in the message, the job id */
+    } cases[] = {
+        { "", 0, "\xc3\xa9", NULL },            /* 2-byte: cut by vsnprintf */
+        { "", 0, "\xe2\x82\xac", NULL },        /* 3-byte */
+        { "", 0, "\xf0\x9f\x98\x80", NULL },    /* 4-byte */
+        { "\x01", 600, "\xe2\x82\xac", NULL },  /* cut by the escape loop */
+        { "\"", 1500, "\xf0\x9f\x98\x80", NULL },
+        { "", 0, "x", "\xe2\x82\xac" },         /* the job id cut */
+        { "", 0, "bad \xff\xfe byte \xc3 \xed\xa0\x80 \xf8", NULL }, /* not UTF-8 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t lead = 0; lead < 4; lead++) {
+            char *m = msg;
+            for (size_t k = 0; k < cases[i].nctrl; k++)
+                *m++ = cases[i].ctrl[0];
+            fill(m, lead, cases[i].text, 3000 - cases[i].nctrl);
+            if (cases[i].id_text)
+                fill(id, lead, cases[i].id_text, 6000);
+            reset_stderr();
+            log_info(cases[i].id_text ? id : "j", 1, "%s", msg);
+            size_t n = written(buf, sizeof buf);
+            if (!util_utf8_valid(buf, n))
+                fail_msg("case %zu lead %zu: the line is not UTF-8", i, lead);
+            assert_int_equal(count_lines(buf), 1);
+            cJSON *line = cJSON_Parse(buf);
+            if (!line)
+                fail_msg("case %zu lead %zu: not JSON: %.200s", i, lead, buf);
+            const char *got = cJSON_GetObjectItem(line, "msg")->valuestring;
+            static const char fffd[] = "bad \xef\xbf\xbd\xef\xbf\xbd byte \xef\xbf\xbd "
+                                       "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd";
+            if (i == 6) { /* each byte that begins no character: U+FFFD */
+                if (strncmp(got + lead, fffd, strlen(fffd)) != 0)
+                    fail_msg("lead %zu: %.40s", lead, got + lead);
+            } else if (strlen(got) < 500 || strncmp(got, msg, strlen(got)) != 0) {
+                /* cut, but only after whole characters */
+                fail_msg("case %zu lead %zu: msg of %zu bytes, not the start of the message", i, lead,
+                         strlen(got));
+            }
+            cJSON_Delete(line);
+        }
+    }
+}
+
+/* The text format: a record is one line, whatever its message holds
+ * (newlines are written \n), and ends with its newline however long. */
+static void test_text_record_is_one_line(void **state)
+{
+    (void)state;
+    static char buf[16384], msg[4096];
+    log_init(LOG_INFO, LOG_FORMAT_TEXT, "t");
+    static const struct {
+        const char *text;
+        size_t len;
+    } cases[] = {
+        { "two\nlines\r\n", 12 },
+        { "\n", 2040 },            /* 4,080 bytes escaped, beyond the line */
+        { "\n\xe2\x82\xac", 2040 }, /* cut inside a character */
+        { "\xe2\x82\xac", 2046 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t lead = 0; lead < 3; lead++) {
+            fill(msg, lead, cases[i].text, cases[i].len);
+            reset_stderr();
+            log_warn("job-\xc3\xa9", 2, "%s", msg);
+            size_t n = written(buf, sizeof buf);
+            assert_int_equal(count_lines(buf), 1);
+            assert_true(n > 0 && n <= 4096 && buf[n - 1] == '\n');
+            if (!util_utf8_valid(buf, n))
+                fail_msg("case %zu lead %zu: the line is not UTF-8", i, lead);
+            assert_non_null(strstr(buf, " warn  t [job-\xc3\xa9#2] "));
+        }
+    }
+    reset_stderr();
+    log_info(NULL, 0, "two\nlines");
+    written(buf, sizeof buf);
+    assert_non_null(strstr(buf, "info  t two\\nlines\n"));
+    log_init(LOG_INFO, LOG_FORMAT_JSON, "t");
+}
+
 static void test_buffered_until_flush(void **state)
 {
     (void)state;
@@ -171,6 +282,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_unbuffered_writes_each_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_line_is_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_json_line_stays_utf8, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_text_record_is_one_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_buffered_until_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_buffer_never_exceeds_an_atomic_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_threads_write_at_once, setup, teardown),
