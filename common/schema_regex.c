@@ -645,8 +645,12 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         goto done;
     int ec = 0;
     PCRE2_SIZE off = 0;
+    /* MATCH_UNSET_BACKREF: in ECMA-262 a backreference to a group that
+     * has not taken part (yet) matches the empty string; in PCRE2 it
+     * fails. */
     pcre2_code *code = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n,
-                                     PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C,
+                                     PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C |
+                                         PCRE2_MATCH_UNSET_BACKREF,
                                      &ec, &off, NULL);
     if (!code) {
         if (pcre_error)

@@ -5,7 +5,8 @@
  * are ASCII-only, \s is the ECMA (Unicode) white-space set, '.' excludes
  * the four ECMA line terminators, '$' matches only at the very end, \uXXXX,
  * \u{X..} and surrogate pairs denote code points, '[]' matches nothing and
- * '[^]' anything.  Matching is by code point (PCRE2_UTF) and unanchored, and
+ * '[^]' anything, a backreference to a group that did not take part
+ * matches the empty string.  Matching is by code point (PCRE2_UTF) and unanchored, and
  * is bounded by match, depth and heap limits: a pathological pattern yields
  * -1 from schema_regex_match instead of hanging.
  *

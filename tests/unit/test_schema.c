@@ -265,6 +265,42 @@ static void test_regex_fast_path_matches_pcre(void **state)
     }
 }
 
+/* ECMA-262 meanings PCRE2 does not have by default, each pattern with
+ * the built-in matcher allowed and without (they must agree).  want: 1
+ * match, 0 no match (node's answer: new RegExp(pattern).test(subject)). */
+static void test_regex_ecma_cases(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pattern, *subject;
+        int want;
+    } cases[] = {
+        /* a backreference to a group that did not take part (or not yet)
+         * matches the empty string */
+        { "^(?:(a)|b)\\1$", "b", 1 },
+        { "^(?:(a)|b)\\1$", "aa", 1 },
+        { "^(?:(a)|b)\\1$", "bb", 0 },
+        { "^(?:(a)|b)\\1$", "a", 0 },
+        { "^\\1(a)$", "a", 1 },
+        { "^(a)\\1$", "aa", 1 },
+        { "^(?<n>a)?b\\k<n>$", "b", 1 },
+        { "^(?<n>a)?b\\k<n>$", "aba", 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int flags = 0; flags <= SCHEMA_REGEX_PCRE_ONLY; flags += SCHEMA_REGEX_PCRE_ONLY) {
+            char err[128] = "";
+            schema_regex *re = schema_regex_compile(cases[i].pattern, flags, err, sizeof err);
+            if (!re)
+                fail_msg("%s: %s", cases[i].pattern, err);
+            int got = schema_regex_match(re, cases[i].subject, strlen(cases[i].subject));
+            if (got != cases[i].want)
+                fail_msg("%s on \"%s\" (flags %d): %d, expected %d", cases[i].pattern, cases[i].subject,
+                         flags, got, cases[i].want);
+            schema_regex_free(re);
+        }
+    }
+}
+
 static void test_local_refs(void **state)
 {
     (void)state;
@@ -1474,6 +1510,7 @@ int main(void)
         cmocka_unit_test(test_string_lengths_code_points),
         cmocka_unit_test(test_pattern_ecma),
         cmocka_unit_test(test_regex_fast_path_matches_pcre),
+        cmocka_unit_test(test_regex_ecma_cases),
         cmocka_unit_test(test_local_refs),
         cmocka_unit_test(test_anyof_closest_branch),
         cmocka_unit_test(test_oneof),
