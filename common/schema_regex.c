@@ -42,8 +42,18 @@ struct schema_regex {
 
 /* ECMA-262 WhiteSpace and LineTerminator code points: \t \n \v \f \r, the
  * Zs category (space, NBSP, U+1680, U+2000-200A, U+202F, U+205F, U+3000),
- * U+2028, U+2029 and the BOM. */
-#define ECMA_WS "\\t\\n\\x{0b}\\f\\r\\p{Zs}\\x{2028}\\x{2029}\\x{feff}"
+ * U+2028, U+2029 and the BOM.  Spelled out rather than \p{Zs}, so that
+ * ECMA_NOT_WS is its exact complement whatever PCRE2's Unicode version. */
+#define ECMA_WS "\\t\\n\\x{0b}\\f\\r\\x{20}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}" \
+                "\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
+/* Every other code point: \S inside a class, where a complement cannot be
+ * spelled as [^...].  (PCRE2's own \S there is ASCII-only: [\S] matched
+ * U+3000, and [^\S\r\n] missed U+2003.)  \D and \W need nothing: ECMA's
+ * \d and \w are ASCII-only, as PCRE2's are without PCRE2_UCP. */
+#define ECMA_NOT_WS "\\x{0}-\\x{8}\\x{e}-\\x{1f}\\x{21}-\\x{9f}\\x{a1}-\\x{167f}" \
+                    "\\x{1681}-\\x{1fff}\\x{200b}-\\x{2027}\\x{202a}-\\x{202e}"   \
+                    "\\x{2030}-\\x{205e}\\x{2060}-\\x{2fff}\\x{3001}-\\x{fefe}"   \
+                    "\\x{ff00}-\\x{10ffff}"
 
 typedef struct sbuf {
     char *p;
@@ -206,9 +216,7 @@ static int translate(const char *pat, int strict, sbuf *b, char *err, size_t err
                 sb_str(b, in_class ? ECMA_WS : "[" ECMA_WS "]");
                 break;
             case 'S':
-                /* Inside a class the complement cannot be spelled as a
-                 * set union; PCRE2's \S (ASCII white space) is the closest. */
-                sb_str(b, in_class ? "\\S" : "[^" ECMA_WS "]");
+                sb_str(b, in_class ? ECMA_NOT_WS : "[^" ECMA_WS "]");
                 break;
             case 'v':
                 sb_str(b, "\\x{0b}");

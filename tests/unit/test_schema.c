@@ -285,6 +285,21 @@ static void test_regex_ecma_cases(void **state)
         { "^(a)\\1$", "aa", 1 },
         { "^(?<n>a)?b\\k<n>$", "b", 1 },
         { "^(?<n>a)?b\\k<n>$", "aba", 1 },
+        /* \S, \D, \W inside a class: the complement of ECMA's sets */
+        { "^a[^\\S\\r\\n]b$", "a\xe2\x80\x83" "b", 1 }, /* U+2003 */
+        { "^a[^\\S\\r\\n]b$", "a\nb", 0 },
+        { "^a[^\\S\\r\\n]b$", "axb", 0 },
+        { "^a[\\S]b$", "a\xe3\x80\x80" "b", 0 }, /* U+3000 */
+        { "^a[\\S]b$", "a\xef\xbb\xbf" "b", 0 }, /* U+FEFF */
+        { "^a[\\S]b$", "axb", 1 },
+        { "^a[\\S]b$", "a\xf0\x9f\x98\x80" "b", 1 },
+        { "^a[\\S]b$", "a\xe1\xa0\x8e" "b", 1 }, /* U+180E: not Zs since Unicode 6.3 */
+        { "^a[\\S]b$", "a\xe2\x80\x8b" "b", 1 }, /* U+200B: not Zs */
+        { "^[\\D]$", "\xd9\xa1", 1 },              /* U+0661 */
+        { "^[^\\D]$", "\xd9\xa1", 0 },
+        { "^[\\W]$", "\xc3\xa9", 1 },
+        { "^[^\\W]$", "\xc3\xa9", 0 },
+        { "^[\\S\\s]$", "\xe2\x80\xa8", 1 },      /* U+2028 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int flags = 0; flags <= SCHEMA_REGEX_PCRE_ONLY; flags += SCHEMA_REGEX_PCRE_ONLY) {
@@ -298,6 +313,52 @@ static void test_regex_ecma_cases(void **state)
                          flags, got, cases[i].want);
             schema_regex_free(re);
         }
+    }
+}
+
+/* \s and \S, inside a class and out, negated or not, against ECMA's set
+ * of white space and line terminators for every code point of the BMP
+ * and a few beyond. */
+static void test_regex_white_space_sets(void **state)
+{
+    (void)state;
+    static const char *const ws[] = { "^\\s$", "^[\\s]$", "^[^\\S]$", "^[a\\s]$" };
+    static const char *const not_ws[] = { "^\\S$", "^[\\S]$", "^[^\\s]$", "^[\\Sa]$" };
+    schema_regex *rw[4], *rn[4];
+    char err[128];
+    for (int k = 0; k < 4; k++) {
+        rw[k] = schema_regex_compile(ws[k], SCHEMA_REGEX_PCRE_ONLY, err, sizeof err);
+        rn[k] = schema_regex_compile(not_ws[k], SCHEMA_REGEX_PCRE_ONLY, err, sizeof err);
+        assert_non_null(rw[k]);
+        assert_non_null(rn[k]);
+    }
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp = cp < 0xFFFF ? cp + 1 : cp + 0x1111) {
+        if (cp >= 0xD800 && cp <= 0xDFFF)
+            continue;
+        int is_ws = (cp >= 9 && cp <= 13) || cp == 0x20 || cp == 0xA0 || cp == 0x1680 ||
+                    (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+                    cp == 0x202F || cp == 0x205F || cp == 0x3000 || cp == 0xFEFF;
+        char s[5];
+        size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        if (n == 1) {
+            s[0] = (char)cp;
+        } else {
+            for (size_t i = n - 1; i > 0; i--)
+                s[i] = (char)(0x80 | ((cp >> (6 * (n - 1 - i))) & 0x3F));
+            s[0] = (char)((n == 2 ? 0xC0 : n == 3 ? 0xE0 : 0xF0) | (cp >> (6 * (n - 1))));
+        }
+        for (int k = 0; k < 4; k++) {
+            if (k == 3 && cp == 'a')
+                continue; /* in both classes of their own */
+            if (schema_regex_match(rw[k], s, n) != is_ws)
+                fail_msg("%s on U+%04X: %d", ws[k], (unsigned)cp, !is_ws);
+            if (schema_regex_match(rn[k], s, n) != !is_ws)
+                fail_msg("%s on U+%04X: %d", not_ws[k], (unsigned)cp, is_ws);
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        schema_regex_free(rw[k]);
+        schema_regex_free(rn[k]);
     }
 }
 
@@ -1511,6 +1572,7 @@ int main(void)
         cmocka_unit_test(test_pattern_ecma),
         cmocka_unit_test(test_regex_fast_path_matches_pcre),
         cmocka_unit_test(test_regex_ecma_cases),
+        cmocka_unit_test(test_regex_white_space_sets),
         cmocka_unit_test(test_local_refs),
         cmocka_unit_test(test_anyof_closest_branch),
         cmocka_unit_test(test_oneof),
