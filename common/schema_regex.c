@@ -191,11 +191,83 @@ static int translate_property(sbuf *b, const char *p, char neg, size_t *used)
     return 0;
 }
 
+/* ECMA-262's NcapturingParens: the capturing groups of the whole pattern
+ * (a backreference may come before its group); *named: some are named. */
+static unsigned long count_groups(const char *p, int *named)
+{
+    unsigned long n = 0;
+    int in_cls = 0;
+    *named = 0;
+    for (size_t i = 0; p[i]; i++) {
+        if (p[i] == '\\') {
+            if (p[i + 1])
+                i++;
+        } else if (in_cls) {
+            in_cls = p[i] != ']';
+        } else if (p[i] == '[') {
+            /* [] and [^] hold no ']' (translate reads them so too) */
+            if (p[i + 1] == ']')
+                i++;
+            else if (p[i + 1] == '^' && p[i + 2] == ']')
+                i += 2;
+            else
+                in_cls = 1;
+        } else if (p[i] == '(' && p[i + 1] != '?') {
+            n++;
+        } else if (p[i] == '(' && ((p[i + 2] == '<' && p[i + 3] != '=' && p[i + 3] != '!') ||
+                                   (p[i + 2] == 'P' && p[i + 3] == '<') || p[i + 2] == '\'')) {
+            n++; /* (?<name> and, in lenient mode, PCRE2's (?P<name> (?'name' */
+            *named = 1;
+        }
+    }
+    return n;
+}
+
+/* Annex B: \N (at pat[i], after the backslash) that is no backreference
+ * is a legacy octal escape, up to \377, and \8 or \9 the digit itself.
+ * Returns the index after it. */
+static size_t legacy_octal(const char *pat, size_t i, sbuf *b)
+{
+    unsigned d = (unsigned)(pat[i] - '0');
+    if (d > 7) {
+        sb_add(b, pat + i, 1);
+        return i + 1;
+    }
+    size_t k = 1, max = d <= 3 ? 3 : 2;
+    for (; k < max && pat[i + k] >= '0' && pat[i + k] <= '7'; k++)
+        d = d * 8 + (unsigned)(pat[i + k] - '0');
+    sb_fmt(b, "\\x{%x}", d);
+    return i + k;
+}
+
+/* \d \D \w \W \s \S \p{} \P{}: a set, which cannot bound a range */
+static int class_escape(const char *p)
+{
+    return p[0] == '\\' && p[1] && strchr("dDwWsSpP", p[1]);
+}
+
+/* Where a character class stands, for its '-': a range operator only
+ * between two atoms, the first not the end of a range. */
+typedef struct cls_state {
+    int range_left; /* the last atom may begin a range */
+    int left_set;   /* the last atom is a class escape */
+    int closing;    /* the next atom ends a range */
+} cls_state;
+
+static void cls_atom(cls_state *c, int set)
+{
+    c->range_left = !c->closing;
+    c->closing = 0;
+    c->left_set = set;
+}
+
 /* Translates an ECMA-262 pattern to PCRE2 syntax.  Returns 0, or -1 with
  * a message in err. */
 static int translate(const char *pat, int strict, sbuf *b, char *err, size_t errlen)
 {
-    int in_class = 0;
+    int in_class = 0, named;
+    unsigned long ngroups = count_groups(pat, &named);
+    cls_state cs = { 0, 0, 0 };
     size_t i = 0;
     while (pat[i]) {
         char ch = pat[i];
@@ -301,12 +373,33 @@ static int translate(const char *pat, int strict, sbuf *b, char *err, size_t err
                 break;
             }
             case 'k':
-                sb_str(b, "\\k");
+                /* Annex B: in a pattern without named groups \k is the
+                 * letter (\k<a> matches "k<a>") */
+                sb_str(b, named || strict ? "\\k" : "k");
                 break;
             case '1': case '2': case '3': case '4': case '5':
-            case '6': case '7': case '8': case '9':
-                sb_fmt(b, "\\%c", e);
+            case '6': case '7': case '8': case '9': {
+                /* the whole number: \12 is group 12 when there are 12 */
+                unsigned long num = 0;
+                size_t j = i - 1;
+                while (pat[j] >= '0' && pat[j] <= '9' && num <= ngroups)
+                    num = num * 10 + (unsigned long)(pat[j++] - '0');
+                while (pat[j] >= '0' && pat[j] <= '9')
+                    j++;
+                if (!in_class && num <= ngroups) {
+                    /* \g{N}: a backreference for PCRE2 too, which takes
+                     * \N for octal when fewer groups come before it */
+                    sb_fmt(b, "\\g{%lu}", num);
+                    i = j;
+                } else if (strict) {
+                    snprintf(err, errlen, in_class ? "invalid escape \\%c in a character class"
+                                                   : "backreference \\%c... to a group that does not exist", e);
+                    return -1;
+                } else {
+                    i = legacy_octal(pat, i - 1, b);
+                }
                 break;
+            }
             case '^': case '$': case '\\': case '.': case '*': case '+':
             case '?': case '(': case ')': case '[': case ']': case '{':
             case '}': case '|': case '/': case '-':
@@ -322,16 +415,42 @@ static int translate(const char *pat, int strict, sbuf *b, char *err, size_t err
                 sb_fmt(b, "\\%c", e);
                 break;
             }
+            if (in_class)
+                cls_atom(&cs, strchr("dDwWsSpP", e) != NULL);
             continue;
         }
         if (in_class) {
             if (ch == ']') {
                 in_class = 0;
                 sb_str(b, "]");
-            } else if (ch == '[') {
-                sb_str(b, "\\["); /* ECMA: literal; PCRE2: POSIX class */
+            } else if (ch == '-' && cs.range_left && pat[i + 1] && pat[i + 1] != ']') {
+                if (cs.left_set || class_escape(pat + i + 1)) {
+                    /* [\s-a]: Annex B takes the three atoms; PCRE2 refused
+                     * them (after \s's last code point, a range out of
+                     * order) */
+                    if (strict) {
+                        snprintf(err, errlen, "a character class escape cannot bound a range");
+                        return -1;
+                    }
+                    sb_str(b, "\\-");
+                } else {
+                    sb_str(b, "-");
+                }
+                cs.range_left = cs.left_set = 0;
+                cs.closing = 1;
             } else {
-                sb_add(b, &ch, 1);
+                /* an atom: a '-' here is literal, and said so (PCRE2 might
+                 * read it next to a class escape as a range) */
+                if (ch == '-')
+                    sb_str(b, "\\-");
+                else if (ch == '[')
+                    sb_str(b, "\\["); /* ECMA: literal; PCRE2: POSIX class */
+                else
+                    sb_add(b, &ch, 1);
+                /* a character of several bytes is one atom */
+                while (((unsigned char)pat[i + 1] & 0xC0) == 0x80)
+                    sb_add(b, pat + ++i, 1);
+                cls_atom(&cs, 0);
             }
             i++;
             continue;
@@ -346,6 +465,7 @@ static int translate(const char *pat, int strict, sbuf *b, char *err, size_t err
                 i += 3;
             } else {
                 in_class = 1;
+                memset(&cs, 0, sizeof cs);
                 if (pat[i + 1] == '^') {
                     sb_str(b, "[^");
                     i += 2;

@@ -6,7 +6,10 @@
  * the four ECMA line terminators, '$' matches only at the very end, \uXXXX,
  * \u{X..} and surrogate pairs denote code points, '[]' matches nothing and
  * '[^]' anything, a backreference to a group that did not take part
- * matches the empty string.  Matching is by code point (PCRE2_UTF) and unanchored, and
+ * matches the empty string.  Without SCHEMA_REGEX_STRICT, ECMA-262's Annex
+ * B holds as in a browser: \N with fewer than N groups is an octal escape
+ * (\8 and \9 the digit), \k in a pattern without named groups the letter,
+ * and a '-' next to a class escape ([\s-a]) a member of the class.  Matching is by code point (PCRE2_UTF) and unanchored, and
  * is bounded by match, depth and heap limits: a pathological pattern yields
  * -1 from schema_regex_match instead of hanging.
  *

@@ -300,6 +300,45 @@ static void test_regex_ecma_cases(void **state)
         { "^[\\W]$", "\xc3\xa9", 1 },
         { "^[^\\W]$", "\xc3\xa9", 0 },
         { "^[\\S\\s]$", "\xe2\x80\xa8", 1 },      /* U+2028 */
+        /* Annex B, which schemas may rely on (format "regex" takes the u
+         * flag's grammar: test_regex_strict_validity): a class escape next
+         * to a '-' makes no range, the '-' is a member */
+        { "^[\\s-a]$", "-", 1 },
+        { "^[\\s-a]$", "a", 1 },
+        { "^[\\s-a]$", " ", 1 },
+        { "^[\\s-a]$", "b", 0 },
+        { "^[a-\\s]$", "-", 1 },
+        { "^[\\d-\\w]$", "-", 1 },
+        { "^[\\d-\\w]$", "x", 1 },
+        { "^[\\S-a]$", "-", 1 },
+        { "^[\\S-a]$", " ", 0 },
+        { "^[\\xe9-\\d]$", "-", 1 },
+        { "^[\xc3\xa9-\\d]$", "-", 1 },
+        { "^[\\w-]$", "-", 1 },
+        { "^[-\\d]$", "-", 1 },
+        { "^[a-z-\\d]$", "-", 1 },
+        { "^[a-z-\\d]$", "5", 1 },
+        { "^[a-z-\\d]$", "A", 0 },
+        /* \N with no group N is a legacy octal escape (\8, \9: the digit) */
+        { "^\\1$", "\x01", 1 },
+        { "^\\12$", "\n", 1 },
+        { "^(a)\\12$", "a\n", 1 },
+        { "^(a)\\2$", "a\x02", 1 },
+        { "^\\8$", "8", 1 },
+        { "^\\18$", "\x01" "8", 1 },
+        { "^\\377$", "\xc3\xbf", 1 },
+        { "^\\400$", " 0", 1 },
+        { "^[\\1]$", "\x01", 1 },
+        { "^[\\12]$", "\n", 1 },
+        { "^[\\8]$", "8", 1 },
+        /* and \N with N groups in the whole pattern is one, before them too
+         * (PCRE2 took \10 before its group for octal) */
+        { "^(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)\\10$", "abcdefghijj", 1 },
+        { "^\\10(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)$", "abcdefghij", 1 },
+        /* without named groups, \k is the letter */
+        { "^\\k$", "k", 1 },
+        { "^\\k<a>$", "k<a>", 1 },
+        { "^(?<a>x)\\k<a>$", "xx", 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int flags = 0; flags <= SCHEMA_REGEX_PCRE_ONLY; flags += SCHEMA_REGEX_PCRE_ONLY) {
@@ -314,6 +353,27 @@ static void test_regex_ecma_cases(void **state)
             schema_regex_free(re);
         }
     }
+}
+
+/* format "regex" (schema_regex_is_valid) takes the grammar of the u flag,
+ * which has no Annex B: node's new RegExp(pattern, "u") throws for the
+ * invalid ones. */
+static void test_regex_strict_validity(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *pattern;
+        int valid;
+    } cases[] = {
+        { "^[\\s-a]$", 0 }, { "^[a-\\s]$", 0 }, { "^[\\d-\\w]$", 0 }, { "^[\\xe9-\\d]$", 0 },
+        { "^[\\w-]$", 1 }, { "^[-\\d]$", 1 }, { "^[a-z-\\d]$", 1 }, { "^[\\s\\d]$", 1 },
+        { "^\\1$", 0 }, { "^\\12$", 0 }, { "^(a)\\2$", 0 }, { "^[\\1]$", 0 }, { "^\\8$", 0 },
+        { "^(a)\\1$", 1 }, { "^\\1(a)$", 1 }, { "^\\10(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)$", 1 },
+        { "^\\k$", 0 }, { "^\\k<a>$", 0 }, { "^(?<a>x)\\k<a>$", 1 }, { "^\\0$", 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (schema_regex_is_valid(cases[i].pattern) != cases[i].valid)
+            fail_msg("%s: valid %d, expected %d", cases[i].pattern, !cases[i].valid, cases[i].valid);
 }
 
 /* \s and \S, inside a class and out, negated or not, against ECMA's set
@@ -1573,6 +1633,7 @@ int main(void)
         cmocka_unit_test(test_regex_fast_path_matches_pcre),
         cmocka_unit_test(test_regex_ecma_cases),
         cmocka_unit_test(test_regex_white_space_sets),
+        cmocka_unit_test(test_regex_strict_validity),
         cmocka_unit_test(test_local_refs),
         cmocka_unit_test(test_anyof_closest_branch),
         cmocka_unit_test(test_oneof),
