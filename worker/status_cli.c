@@ -2,6 +2,7 @@
 
 #include "cli_config.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,27 @@
 
 #include "jsonin.h"
 #include "jsonout.h"
+
+/* The job hash's counters and times (worker/state.c).  Only these print
+ * as numbers: any other field is text that may look like one (a batch id
+ * 0x1F or 007 is not 31 or 7). */
+static const char *const status_numeric[] = {"attempt", "max_attempts", "run", "prompt_tokens",
+                                             "completion_tokens", "created", "updated", "recorded",
+                                             "published"};
+
+static int status_numeric_field(const char *k) {
+    for (size_t i = 0; i < sizeof(status_numeric) / sizeof(status_numeric[0]); i++)
+        if (!strcmp(k, status_numeric[i])) return 1;
+    return 0;
+}
+
+/* A decimal integer, whole: what the scripts write with HSET/HINCRBY. */
+static int status_parse_int(const char *v, long long *out) {
+    char *end;
+    errno = 0;
+    *out = strtoll(v, &end, 10);
+    return *v && !*end && !errno;
+}
 
 int status_cli_main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -60,9 +82,8 @@ int status_cli_main(int argc, char **argv) {
     for (size_t i = 0; i + 1 < h->elements; i += 2) {
         const char *k = h->element[i]->str, *v = h->element[i + 1]->str;
         if (!strcmp(k, "owner")) continue;
-        char *end;
-        double d = strtod(v, &end);
-        if (*v && !*end) cJSON_AddNumberToObject(out, k, d);
+        long long n;
+        if (status_numeric_field(k) && status_parse_int(v, &n)) cJSON_AddNumberToObject(out, k, (double)n);
         else cJSON_AddStringToObject(out, k, v);
     }
     cJSON *hist = cJSON_AddArrayToObject(out, "history");

@@ -20,7 +20,8 @@ import pytest
 
 from stack import BUILD
 
-RETORT = os.path.join(BUILD, "retort")
+# RETORT_BIN: another build of retort (a control run against an older commit)
+RETORT = os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort"))
 
 # One job of each kind every ten lines: the kinds are known from the input
 # alone, so every count below has an expected value independent of Retort.
@@ -651,3 +652,23 @@ def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
         time.sleep(0.2)
     assert stack.llm_stats()["calls"] == calls_before
     assert len([m for m in stack.consume("retort.escalations") if m["value"]["job_id"] == j]) == 3
+
+
+# ---- status ------------------------------------------------------------------
+
+def test_status_prints_text_fields_as_text(stack):
+    """Only the hash's counters and times are numbers: a batch id 0x1F or
+    007 stays the text it is (strtod made them 31 and 7)."""
+    r = stack.redis_client()
+    for batch in ("0x1F", "007", "1e3"):
+        key = "retort:job:{st-%s}" % batch
+        r.hset(key, mapping={"status": "final", "attempt": 2, "max_attempts": 3, "run": 2, "batch_id": batch,
+                             "prompt_tokens": 10, "completion_tokens": 5, "created": 1700000000000,
+                             "updated": 1700000000500, "recorded": 2, "published": 2})
+        p = retort(stack, "status", "st-%s" % batch)
+        assert p.returncode == 0, p.stderr
+        st = json.loads(p.stdout)
+        assert st["batch_id"] == batch and st["status"] == "final", st
+        assert (st["attempt"], st["max_attempts"], st["run"], st["prompt_tokens"], st["completion_tokens"],
+                st["created"], st["updated"], st["recorded"], st["published"]) == \
+            (2, 3, 2, 10, 5, 1700000000000, 1700000000500, 2, 2), st
