@@ -1,5 +1,6 @@
 #include "status_cli.h"
 
+#include "batch_util.h"
 #include "cli_config.h"
 
 #include <errno.h>
@@ -49,21 +50,13 @@ int status_cli_main(int argc, char **argv) {
     redisReply *h = NULL, *l = NULL;
     cJSON *out = NULL;
     rc = 2;
-    struct timeval tv = {5, 0};
-    c = redisConnectWithTimeout(config_get(cfg, "redis.host"), (int)config_get_int(cfg, "redis.port"), tv);
-    if (!c || c->err) {
-        fprintf(stderr, "retort status: redis %s:%lld: %s\n", config_get(cfg, "redis.host"),
-                config_get_int(cfg, "redis.port"), c ? c->errstr : "out of memory");
+    /* The batch commands' connection: an AUTH or SELECT that fails is an
+     * error (ignored, the job was looked up in db 0), and a stuck server
+     * times out after 30 s. */
+    char err[1024];
+    if (!(c = batch_util_redis(cfg, err, sizeof(err)))) {
+        fprintf(stderr, "retort status: %s\n", err);
         goto done;
-    }
-    const char *pw = config_get(cfg, "redis.password");
-    if (pw && pw[0]) {
-        redisReply *a = redisCommand(c, "AUTH %s", pw);
-        freeReplyObject(a);
-    }
-    if (config_get_int(cfg, "redis.db")) {
-        redisReply *s = redisCommand(c, "SELECT %lld", config_get_int(cfg, "redis.db"));
-        freeReplyObject(s);
     }
     const char *prefix = config_get(cfg, "redis.key_prefix");
     h = redisCommand(c, "HGETALL %s:job:{%s}", prefix, job_id);

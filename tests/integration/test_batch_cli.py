@@ -672,3 +672,15 @@ def test_status_prints_text_fields_as_text(stack):
         assert (st["attempt"], st["max_attempts"], st["run"], st["prompt_tokens"], st["completion_tokens"],
                 st["created"], st["updated"], st["recorded"], st["published"]) == \
             (2, 3, 2, 10, 5, 1700000000000, 1700000000500, 2, 2), st
+
+
+def test_status_reports_auth_and_select_errors(stack):
+    """A SELECT or AUTH that fails is an error: the job was looked up in db
+    0 instead, and found there."""
+    stack.redis_client().hset("retort:job:{st-db}", mapping={"status": "final", "attempt": 1})
+    p = retort(stack, "status", "st-db")
+    assert p.returncode == 0, p.stderr
+    p = retort(stack, "status", "st-db", "--set", "redis.db=20")
+    assert p.returncode == 2 and "redis SELECT" in p.stderr and p.stdout == "", (p.stdout, p.stderr)
+    p = retort(stack, "status", "st-db", "--set", "redis.password=wrong")
+    assert p.returncode == 2 and "redis AUTH" in p.stderr and p.stdout == "", (p.stdout, p.stderr)
