@@ -175,7 +175,7 @@ typedef struct submit_ctx {
     const char *file;
     sub_jobs jobs;
     batch_tally *seen;      /* job id -> line of its first occurrence */
-    schema *envelope;       /* NULL: not checked */
+    schema *envelope;
     int errors;
 } submit_ctx;
 
@@ -246,18 +246,16 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
     if (batch_tally_add(sc->seen, idbuf, line)) goto oom;
     cJSON_DeleteItemFromObjectCaseSensitive(doc, "batch_id");
     cJSON_AddStringToObject(doc, "batch_id", sc->batch);
-    if (sc->envelope) {
-        schema_violations v = {0};
-        if (schema_validate(sc->envelope, doc, &v) != 0) {
-            const schema_violation *x = v.count ? &v.items[0] : NULL;
-            line_error(sc, line, "job %s is not a valid job: %s%s%s", idbuf, x && x->path[0] ? x->path : "",
-                       x && x->path[0] ? ": " : "", x ? x->message : "invalid");
-            schema_violations_clear(&v);
-            cJSON_Delete(doc);
-            return 0;
-        }
+    schema_violations v = {0};
+    if (schema_validate(sc->envelope, doc, &v) != 0) {
+        const schema_violation *x = v.count ? &v.items[0] : NULL;
+        line_error(sc, line, "job %s is not a valid job: %s%s%s", idbuf, x && x->path[0] ? x->path : "",
+                   x && x->path[0] ? ": " : "", x ? x->message : "invalid");
         schema_violations_clear(&v);
+        cJSON_Delete(doc);
+        return 0;
     }
+    schema_violations_clear(&v);
     char *json = jsonout_print(doc);
     char *id = strdup(idbuf);
     cJSON_Delete(doc);
@@ -445,9 +443,14 @@ int batch_submit_main(int argc, char **argv) {
     sc.batch = batch;
     sc.seen = batch_tally_new();
     if (!sc.seen) goto done;
+    /* Every line is checked before anything is produced: unchecked, a bad
+     * job would go to the dead-letter topic with its batch never done. */
     sc.envelope = load_envelope(cfg, &reg, err, sizeof(err));
-    if (!sc.envelope)
-        fprintf(stderr, "retort submit: warning: jobs not checked against the job envelope (%s)\n", err);
+    if (!sc.envelope) {
+        fprintf(stderr, "retort submit: cannot check the jobs against the job envelope: %s: nothing submitted\n",
+                err);
+        goto done;
+    }
     if (read_jobs(&sc)) goto done;
     if (sc.errors) {
         if (sc.errors > MAX_REPORTED_ERRORS)

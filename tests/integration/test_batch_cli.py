@@ -684,3 +684,14 @@ def test_status_reports_auth_and_select_errors(stack):
     assert p.returncode == 2 and "redis SELECT" in p.stderr and p.stdout == "", (p.stdout, p.stderr)
     p = retort(stack, "status", "st-db", "--set", "redis.password=wrong")
     assert p.returncode == 2 and "redis AUTH" in p.stderr and p.stdout == "", (p.stdout, p.stderr)
+
+
+def test_submit_without_the_envelope_produces_nothing(stack):
+    """The envelope schemas cannot be read (schemas.envelopes defaults to
+    a relative 'schemas'): an error, not a batch of unchecked jobs."""
+    path, _ = write_jobs(stack, 3)
+    p = retort(stack, "submit", path, "--batch", "noenv", "--set", "schemas.envelopes=%s/none" % stack.dir)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "schemas.envelopes" in p.stderr and "nothing submitted" in p.stderr, p.stderr
+    assert stack.consume("retort.jobs") == []
+    assert stack.redis_client().keys("retort:batch:*") == []
