@@ -38,6 +38,25 @@ static void conf_walk_key(const char *key, const char *value, void *ud) {
     }
 }
 
+int batch_producer_max_bytes(const config *cfg, size_t *max, char *err, size_t errlen) {
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char value[64];
+    size_t vlen = sizeof(value);
+    if (!conf) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    conf_walk w = {conf, err, errlen, 0};
+    config_foreach_prefix(cfg, "kafka.", conf_walk_key, &w);
+    long long n = 1000000; /* librdkafka's default */
+    if (!w.failed && rd_kafka_conf_get(conf, "message.max.bytes", value, &vlen) == RD_KAFKA_CONF_OK)
+        n = strtoll(value, NULL, 10);
+    rd_kafka_conf_destroy(conf);
+    if (w.failed) return -1;
+    *max = n > BATCH_PRODUCER_MSG_OVERHEAD ? (size_t)(n - BATCH_PRODUCER_MSG_OVERHEAD) : 0;
+    return 0;
+}
+
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
     batch_producer *p = opaque;
     p->reported++;

@@ -14,6 +14,15 @@ typedef struct batch_producer batch_producer;
 
 batch_producer *batch_producer_new(const config *cfg, char *err, size_t errlen);
 void batch_producer_free(batch_producer *p); /* accepts NULL */
+/* librdkafka counts a message's framing (at most a few dozen bytes, by
+ * the message format's worst case) with its key and value against
+ * message.max.bytes. */
+#define BATCH_PRODUCER_MSG_OVERHEAD 64
+
+/* The largest key + value a message of this configuration may hold: the
+ * producer's message.max.bytes less the framing.  0 = ok; -1 with err
+ * when the configuration is refused. */
+int batch_producer_max_bytes(const config *cfg, size_t *max, char *err, size_t errlen);
 /* Asks the cluster for the topic's metadata: fails fast when no broker
  * answers within timeout_ms.  0 = ok. */
 int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, char *err, size_t errlen);

@@ -141,6 +141,8 @@ static size_t produce_all(const char *cmd, batch_producer *p, const char *topic,
     size_t bad = batch_producer_flush(p, &failed, &nfailed, ferr, sizeof(ferr));
     if (sent < js->count) {
         fprintf(stderr, "retort %s: %s; %zu job(s) not queued\n", cmd, err, js->count - sent);
+        for (size_t i = sent; i < js->count && i - sent < MAX_REPORTED_ERRORS; i++)
+            fprintf(stderr, "retort %s: job %s not queued\n", cmd, js->items[i].id);
         bad += js->count - sent;
     } else if (bad) {
         snprintf(err, errlen, "%s", ferr);
@@ -176,6 +178,7 @@ typedef struct submit_ctx {
     sub_jobs jobs;
     batch_tally *seen;      /* job id -> line of its first occurrence */
     schema *envelope;
+    size_t max_bytes;       /* key + job, as the producer's message.max.bytes allows */
     int errors;
 } submit_ctx;
 
@@ -257,9 +260,19 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
     }
     schema_violations_clear(&v);
     char *json = jsonout_print(doc);
-    char *id = strdup(idbuf);
     cJSON_Delete(doc);
-    if (!json || !id || sub_jobs_push(&sc->jobs, id, json, line)) {
+    if (!json) goto oom;
+    /* The producer would refuse it (after the jobs before it went out),
+     * and the batch could never complete. */
+    size_t bytes = strlen(json) + strlen(idbuf);
+    if (bytes > sc->max_bytes) {
+        line_error(sc, line, "job %s is %zu bytes with its key, over the %zu a message may hold "
+                   "(kafka.message.max.bytes less %d)", idbuf, bytes, sc->max_bytes, BATCH_PRODUCER_MSG_OVERHEAD);
+        free(json);
+        return 0;
+    }
+    char *id = strdup(idbuf);
+    if (!id || sub_jobs_push(&sc->jobs, id, json, line)) {
         free(json);
         free(id);
         goto oom;
@@ -449,6 +462,10 @@ int batch_submit_main(int argc, char **argv) {
     if (!sc.envelope) {
         fprintf(stderr, "retort submit: cannot check the jobs against the job envelope: %s: nothing submitted\n",
                 err);
+        goto done;
+    }
+    if (batch_producer_max_bytes(cfg, &sc.max_bytes, err, sizeof(err))) {
+        fprintf(stderr, "retort submit: %s\n", err);
         goto done;
     }
     if (read_jobs(&sc)) goto done;

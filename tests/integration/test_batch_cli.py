@@ -695,3 +695,24 @@ def test_submit_without_the_envelope_produces_nothing(stack):
     assert "schemas.envelopes" in p.stderr and "nothing submitted" in p.stderr, p.stderr
     assert stack.consume("retort.jobs") == []
     assert stack.redis_client().keys("retort:batch:*") == []
+
+
+def test_submit_refuses_a_line_over_the_message_size(stack):
+    """A job the producer would refuse (key + job over message.max.bytes)
+    is a bad line: nothing is produced.  Before, the jobs ahead of it went
+    out and the batch could never complete."""
+    path = os.path.join(stack.dir, "big.jsonl")
+    with open(path, "w") as f:
+        for i in range(5):
+            prompt = "x" * (3000 if i == 2 else 10)
+            f.write(json.dumps({"job_id": "big-%d" % i, "schema": "product.v1", "prompt": prompt}) + "\n")
+    p = retort(stack, "submit", path, "--batch", "big", "--set", "kafka.message.max.bytes=2000")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "%s:3: job big-2 is " % path in p.stderr and "kafka.message.max.bytes" in p.stderr, p.stderr
+    assert ":1:" not in p.stderr and ":4:" not in p.stderr
+    assert "nothing submitted" in p.stderr
+    assert stack.consume("retort.jobs") == []
+    assert stack.redis_client().keys("retort:batch:*") == []
+    # under the limit, the same jobs go
+    batch, n = submit(stack, path, "--batch", "big2", "--set", "kafka.message.max.bytes=4000")
+    assert n == 5 and len(stack.consume("retort.jobs")) == 5
