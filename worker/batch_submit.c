@@ -791,6 +791,9 @@ int batch_resubmit_main(int argc, char **argv) {
         }
     }
     rc_.jobs.count = keep;
+    /* The batch runs again: its keys live a TTL from now, as a worker's
+     * finish gives them (not from the submit, which may be a TTL ago). */
+    if (keep) expire_batch(c, cfg, batch);
     size_t bad = keep ? produce_all("resubmit", prod, topic, &rc_.jobs, err, sizeof(err)) : 0;
     if (bad) {
         fprintf(stderr,

@@ -12,7 +12,8 @@
  *                            replaced_completion_tokens.MODEL
  *   PREFIX:batch:{B}:jobs    list: the job ids in input order
  *   PREFIX:batch:{B}:input   hash: job id -> the job JSON as produced
- * All expire after redis.ttl_s. */
+ * All expire after redis.ttl_s, counted anew (all three) by a worker's
+ * record of an attempt of the batch and by resubmit. */
 #ifndef RETORT_BATCH_UTIL_H
 #define RETORT_BATCH_UTIL_H
 

@@ -124,7 +124,11 @@ static const char script_finish[] = SCRIPT_HEAD
     "    redis.call('HINCRBY', KEYS[3], 'prompt_tokens', ARGV[7])\n"
     "    redis.call('HINCRBY', KEYS[3], 'completion_tokens', ARGV[8])\n"
     "    redis.call('HSET', KEYS[3], 'updated', ARGV[5])\n"
+    "    -- the batch's job list and inputs live as long as its counters\n"
+    "    -- (results, report and resubmit read them): all three from now\n"
     "    redis.call('EXPIRE', KEYS[3], ARGV[6])\n"
+    "    redis.call('EXPIRE', KEYS[4], ARGV[6])\n"
+    "    redis.call('EXPIRE', KEYS[5], ARGV[6])\n"
     "  end\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'status', ARGV[3], 'recorded', att, 'updated', ARGV[5])\n"
@@ -903,11 +907,12 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
         return -1;
     }
     if (batch_id && batch_id[0]) {
-        if (op_add_key(op, "batch", batch_id, "")) {
+        if (op_add_key(op, "batch", batch_id, "") || op_add_key(op, "batch", batch_id, ":jobs") ||
+            op_add_key(op, "batch", batch_id, ":input")) {
             op_free(op);
             return -1;
         }
-        op->nkeys = 3;
+        op->nkeys = 5;
         op->argc = 0;
     }
     int failed = op_add(op, owner, strlen(owner)) || op_addl(op, attempt) ||

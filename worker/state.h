@@ -8,7 +8,9 @@
  *                            prompt_tokens, completion_tokens
  *   PREFIX:job:{ID}:history  list: one JSON record per attempt
  *   PREFIX:batch:{BATCH}     hash: per batch, counts of attempts by outcome
- *                            (final, escalated, retrying), attempts, tokens
+ *                            (final, escalated, retrying), attempts, tokens;
+ *                            its :jobs and :input (retort submit) get their
+ *                            TTL anew with it
  * All expire after the configured TTL.  The batch counters are updated in
  * the same script as the job's record, so they are exact (on a Redis
  * Cluster the batch key would need the job's slot: single Redis only; so

@@ -716,3 +716,25 @@ def test_submit_refuses_a_line_over_the_message_size(stack):
     # under the limit, the same jobs go
     batch, n = submit(stack, path, "--batch", "big2", "--set", "kafka.message.max.bytes=4000")
     assert n == 5 and len(stack.consume("retort.jobs")) == 5
+
+
+def test_batch_keys_live_as_long_as_the_batch_runs(stack):
+    """The job list and the inputs get their TTL anew with the counters (a
+    job's finish, a resubmit): they expired a TTL after the submit, under a
+    batch still running, and results, report and resubmit lost it."""
+    ttl = ["--set", "redis.ttl_s=60"]
+    r = stack.redis_client()
+    keys = ["retort:batch:{ttl}", "retort:batch:{ttl}:jobs", "retort:batch:{ttl}:input"]
+    path, ks = write_jobs(stack, 4)   # ok, fix, ok, never
+    submit(stack, path, "--batch", "ttl", *ttl)
+    time.sleep(6)   # the submit's TTL is now under 54 s
+    w = stack.start_worker(*ttl)
+    wait_done(stack, "ttl")
+    pttl = [r.pttl(k) for k in keys]
+    assert all(t > 57000 for t in pttl), pttl
+    stack.stop_worker(w)
+    time.sleep(6)
+    p = retort(stack, "resubmit", "ttl", "--escalated", "--max-attempts", "1", *ttl)
+    assert p.returncode == 0, p.stderr
+    pttl = [r.pttl(k) for k in keys]   # no worker: the resubmit's own
+    assert all(t > 57000 for t in pttl), pttl
