@@ -13,22 +13,33 @@
 #include "util.h"
 #include "worker.h"
 
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop(int sig) { stop_signal = sig; }
+/* Quick deaths (or failed forks) in a row after which a slot is given up. */
+#define SUPERVISOR_MAX_FAILURES 5
+/* A worker that lived less than this died "quickly". */
+#define SUPERVISOR_QUICK_MS 5000
 
 typedef struct child {
-    pid_t pid;
+    pid_t pid;            /* 0: not running */
     uint64_t started_ms;
-    int failures;   /* quick deaths in a row, for backoff */
+    int failures;         /* quick deaths or failed forks in a row, for backoff */
+    uint64_t restart_at;  /* when not running: monotonic ms of the next start, 0: none */
 } child;
 
-static pid_t spawn(const config *cfg, const char *base_id, int slot) {
+/* The SIGCHLD handler only has to exist: a signal whose default action is
+ * to be ignored is not always kept pending for sigtimedwait. */
+static void supervisor_on_child(int sig) { (void)sig; }
+
+/* Forks the worker of slot; -1 when fork failed.  The child gets the
+ * signal mask and dispositions it had before the supervisor's. */
+static pid_t supervisor_spawn(const config *cfg, const char *base_id, int slot, const sigset_t *oldmask) {
     pid_t pid = fork();
     if (pid != 0) return pid;
-    /* Child: default signal dispositions; the worker installs its own. */
+    /* Child: default signal dispositions, nothing blocked; the worker
+     * installs its own. */
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    sigprocmask(SIG_SETMASK, oldmask, NULL);
     char id[160];
     snprintf(id, sizeof(id), "%s-%d", base_id, slot);
     log_init(LOG_INFO, LOG_FORMAT_AUTO, id);
@@ -40,68 +51,119 @@ static pid_t spawn(const config *cfg, const char *base_id, int slot) {
     _exit(worker_run(cfg, id, slot));
 }
 
+/* The wait before the next start of a slot that failed `failures` times in
+ * a row: none after the first, then doubling (a bad config would spin). */
+static uint64_t supervisor_backoff_ms(int failures) {
+    return failures > 1 ? 200u << (failures < 6 ? failures : 6) : 0;
+}
+
+/* Starts slot i now; a failed fork counts as a quick death.  Returns 0, or
+ * -1 when the slot is given up. */
+static int supervisor_start(const config *cfg, const char *base_id, child *k, int i, const sigset_t *oldmask) {
+    k->restart_at = 0;
+    pid_t pid = supervisor_spawn(cfg, base_id, i, oldmask);
+    if (pid > 0) {
+        k->pid = pid;
+        k->started_ms = util_mono_ms();
+        return 0;
+    }
+    k->pid = 0;
+    k->failures++;
+    log_error(NULL, 0, "supervisor: cannot start worker %d: fork: %s", i, strerror(errno));
+    if (k->failures > SUPERVISOR_MAX_FAILURES) {
+        log_error(NULL, 0, "supervisor: worker %d cannot be started; giving up", i);
+        return -1;
+    }
+    k->restart_at = util_mono_ms() + supervisor_backoff_ms(k->failures);
+    if (!k->restart_at) k->restart_at = 1;
+    return 0;
+}
+
 int supervisor_run(const config *cfg, int n, const char *base_id) {
     child *kids = calloc((size_t)n, sizeof(*kids));
     if (!kids) return 1;
+    /* SIGTERM, SIGINT and SIGCHLD stay blocked and are taken only by
+     * sigtimedwait: a handler setting a flag could run between the flag's
+     * check and a blocking waitpid, and the stop waited for a child to die. */
+    sigset_t set, oldmask;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &oldmask);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop;
+    sa.sa_handler = supervisor_on_child;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    for (int i = 0; i < n; i++) {
-        kids[i].pid = spawn(cfg, base_id, i);
-        kids[i].started_ms = util_mono_ms();
-    }
+    sigaction(SIGCHLD, &sa, NULL);
+    int stop_signal = 0, forwarded = 0, rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if (supervisor_start(cfg, base_id, &kids[i], i, &oldmask)) rc = 1;
     log_info(NULL, 0, "supervisor: %d worker process(es) started", n);
-    int forwarded = 0, alive = n, rc = 0;
-    while (alive > 0) {
+    const struct timespec no_wait = {0, 0};
+    for (;;) {
+        /* every child that ended */
+        int status, sig;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int i = 0; i < n; i++) {
+                if (kids[i].pid != pid) continue;
+                kids[i].pid = 0;
+                if (stop_signal) {
+                    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+                    break;
+                }
+                /* Died on its own: restart, backing off if it keeps dying
+                 * fast. */
+                uint64_t lived = util_mono_ms() - kids[i].started_ms;
+                kids[i].failures = lived < SUPERVISOR_QUICK_MS ? kids[i].failures + 1 : 0;
+                log_warn(NULL, 0, "supervisor: worker %d (pid %d) %s %d; restarting", i, (int)pid,
+                         WIFSIGNALED(status) ? "killed by signal" : "exited with",
+                         WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                if (kids[i].failures > SUPERVISOR_MAX_FAILURES) {
+                    log_error(NULL, 0, "supervisor: worker %d keeps failing; giving up", i);
+                    rc = 1;
+                    break;
+                }
+                uint64_t at = util_mono_ms() + supervisor_backoff_ms(kids[i].failures);
+                kids[i].restart_at = at ? at : 1;
+                break;
+            }
+        }
+        /* a stop that came meanwhile, before any restart */
+        while ((sig = sigtimedwait(&set, NULL, &no_wait)) > 0)
+            if ((sig == SIGTERM || sig == SIGINT) && !stop_signal) stop_signal = sig;
+        if (rc && !stop_signal) stop_signal = SIGTERM; /* a slot was given up: stop the rest */
         if (stop_signal && !forwarded) {
-            log_info(NULL, 0, "supervisor: signal %d, stopping workers", (int)stop_signal);
+            log_info(NULL, 0, "supervisor: signal %d, stopping workers", stop_signal);
             for (int i = 0; i < n; i++)
                 if (kids[i].pid > 0) kill(kids[i].pid, SIGTERM);
             forwarded = 1;
         }
-        int status;
-        pid_t pid = waitpid(-1, &status, 0);
-        if (pid < 0) {
-            if (errno == EINTR) continue;
-            break;
-        }
+        /* restarts that are due (none after a stop); the time to the next */
+        int alive = 0;
+        uint64_t next = 0, now = util_mono_ms();
         for (int i = 0; i < n; i++) {
-            if (kids[i].pid != pid) continue;
-            kids[i].pid = 0;
-            alive--;
-            if (stop_signal) {
-                if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
-                break;
-            }
-            /* Died on its own: restart, backing off if it keeps dying fast
-             * (a bad config would otherwise spin). */
-            uint64_t lived = util_mono_ms() - kids[i].started_ms;
-            kids[i].failures = lived < 5000 ? kids[i].failures + 1 : 0;
-            log_warn(NULL, 0, "supervisor: worker %d (pid %d) %s %d; restarting", i, (int)pid,
-                     WIFSIGNALED(status) ? "killed by signal" : "exited with",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-            if (kids[i].failures > 5) {
-                log_error(NULL, 0, "supervisor: worker %d keeps failing; giving up", i);
+            if (stop_signal) kids[i].restart_at = 0;
+            if (!kids[i].pid && kids[i].restart_at && kids[i].restart_at <= now &&
+                supervisor_start(cfg, base_id, &kids[i], i, &oldmask)) {
                 rc = 1;
-                break;
+                stop_signal = SIGTERM;
+                forwarded = 0; /* the top of the loop stops the others */
             }
-            if (kids[i].failures > 1) {
-                unsigned delay = 200u << (kids[i].failures < 6 ? kids[i].failures : 6);
-                struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000L};
-                nanosleep(&ts, NULL);
-            }
-            kids[i].pid = spawn(cfg, base_id, i);
-            kids[i].started_ms = util_mono_ms();
-            alive++;
-            break;
+            if (kids[i].pid) alive++;
+            if (!kids[i].pid && kids[i].restart_at && (!next || kids[i].restart_at < next)) next = kids[i].restart_at;
         }
-        if (rc && !stop_signal) {
-            stop_signal = SIGTERM;
-        }
+        if (stop_signal && !forwarded) continue;
+        if (!alive && !next) break;
+        /* Sleep until a signal (a child's end among them) or the next
+         * restart; a minute at most, in case a SIGCHLD was merged. */
+        uint64_t wait_ms = next ? (next > now ? next - now : 0) : 60000;
+        struct timespec ts = {(time_t)(wait_ms / 1000), (long)(wait_ms % 1000) * 1000000L};
+        sig = sigtimedwait(&set, NULL, &ts);
+        if ((sig == SIGTERM || sig == SIGINT) && !stop_signal) stop_signal = sig;
     }
+    sigprocmask(SIG_SETMASK, &oldmask, NULL);
     free(kids);
     return rc;
 }

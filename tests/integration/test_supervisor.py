@@ -1,0 +1,139 @@
+"""retort worker --processes N: the supervisor's stop and its restarts, with
+an LD_PRELOAD shim (tests/preload_supervisor.c) that puts a SIGTERM just
+before the supervisor's wait, or makes fork() fail."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from stack import BUILD, REPO
+
+RETORT = os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort"))
+
+
+@pytest.fixture
+def shim(stack):
+    so = os.path.join(stack.dir, "preload_supervisor.so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", so, os.path.join(REPO, "tests", "preload_supervisor.c"),
+                    "-ldl"], check=True)
+    return so
+
+
+class Supervisor:
+    def __init__(self, stack, shim, n=2, **env):
+        self.log_path = os.path.join(stack.dir, "sup.log")
+        self.p = subprocess.Popen(
+            [RETORT, "worker", "-c", stack.config_path, "--processes", str(n), "--set", "worker.id=sup"],
+            stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, OPENAI_API_KEY="sk-test", LD_PRELOAD=shim, **env))
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def children(self):
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open("/proc/%s/stat" % d) as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == self.p.pid:
+                            out.append(int(d))
+                except (OSError, IndexError, ValueError):
+                    pass
+        return out
+
+    def wait_log(self, text, count=1, timeout=60):
+        deadline = time.time() + timeout
+        while self.log().count(text) < count:
+            assert time.time() < deadline, "no %r in the log:\n%s" % (text, self.log()[-3000:])
+            assert self.p.poll() is None, "the supervisor ended (%s):\n%s" % (self.p.returncode, self.log()[-3000:])
+            time.sleep(0.1)
+
+    def kill_all(self):
+        # its own session: the workers too, whatever the supervisor did
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.p.wait(10)
+
+
+def test_stop_just_before_the_wait_is_not_lost(stack, shim, tmp_path):
+    """A SIGTERM between the supervisor's look at its stop flag and its
+    waitpid was lost until a worker died on its own: the supervisor and its
+    workers ran on.  The shim raises SIGTERM inside the first waitpid once
+    the trigger file exists; a worker killed makes that call."""
+    trigger = str(tmp_path / "term")
+    sup = Supervisor(stack, shim, PRELOAD_TERM_IN_WAITPID=trigger)
+    try:
+        sup.wait_log("consuming retort.jobs", 2)
+        kids = sup.children()
+        assert len(kids) == 2, kids
+        open(trigger, "w").close()
+        os.kill(kids[0], signal.SIGKILL)
+        try:
+            rc = sup.p.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the supervisor did not stop:\n" + sup.log()[-3000:])
+        # the worker still running drained and exited 0; none was started after the stop
+        assert rc == 0, sup.log()[-3000:]
+        assert "stopping workers" in sup.log()
+        assert sup.log().count("consuming retort.jobs") == 2
+    finally:
+        sup.kill_all()
+
+
+def test_failed_forks_are_retried_then_given_up(stack, shim, tmp_path):
+    """fork() returning -1 was taken for a live worker: with every fork
+    failing, the supervisor found no child and exited 0 at once, having
+    started nothing.  Now each failure is logged and retried with the
+    backoff; slot 0's sixth gives up (exit 1), before slot 1's sixth."""
+    forks = str(tmp_path / "forks")
+    sup = Supervisor(stack, shim, PRELOAD_FAIL_FORKS="1000", PRELOAD_FORK_LOG=forks)
+    try:
+        rc = sup.p.wait(120)
+        log = sup.log()
+        assert rc == 1, log[-3000:]
+        assert log.count("cannot start worker 0: fork") == 6, log[-3000:]
+        assert log.count("cannot start worker 1: fork") == 5, log[-3000:]
+        assert "worker 0 cannot be started; giving up" in log
+        with open(forks) as f:
+            assert len(f.readlines()) == 11
+    finally:
+        sup.kill_all()
+
+
+def test_a_failed_fork_is_retried(stack, shim, tmp_path):
+    """The first two forks fail (one per slot), the retries start both
+    workers, which then stop on SIGTERM: exit 0."""
+    forks = str(tmp_path / "forks")
+    sup = Supervisor(stack, shim, PRELOAD_FAIL_FORKS="2", PRELOAD_FORK_LOG=forks)
+    try:
+        sup.wait_log("consuming retort.jobs", 2)
+        log = sup.log()
+        assert log.count("cannot start worker 0: fork") == 1 and log.count("cannot start worker 1: fork") == 1
+        sup.p.send_signal(signal.SIGTERM)
+        assert sup.p.wait(60) == 0, sup.log()[-3000:]
+    finally:
+        sup.kill_all()
+
+
+def test_no_restart_after_a_stop_during_the_backoff(stack, shim, tmp_path):
+    """A SIGTERM during the wait before a restart ends the supervisor
+    without starting anything more (it slept the backoff out, then forked
+    a worker after the stop)."""
+    forks = str(tmp_path / "forks")
+    sup = Supervisor(stack, shim, PRELOAD_FAIL_FORKS="1000", PRELOAD_FORK_LOG=forks)
+    try:
+        # after each slot's 4th failure the next try is 3.2 s away
+        sup.wait_log("cannot start worker 1: fork", 4)
+        sup.p.send_signal(signal.SIGTERM)
+        assert sup.p.wait(60) == 0, sup.log()[-3000:]
+        with open(forks) as f:
+            assert len(f.readlines()) == 8, sup.log()[-3000:]
+        assert "giving up" not in sup.log()
+    finally:
+        sup.kill_all()
