@@ -286,7 +286,9 @@ typedef struct results_ctx {
     const config *cfg;
     const batch_ids *ids;
     FILE *out, *errs;
+    const char *batch;
     size_t finals, escalations, running, missing;
+    size_t other_batch;  /* the job's state is another batch's (job_id reused) */
 } results_ctx;
 
 static int results_build(redisContext *c, size_t i, void *ud) {
@@ -294,7 +296,7 @@ static int results_build(redisContext *c, size_t i, void *ud) {
     char jkey[512], hkey[512];
     batch_util_key_job(rc->cfg, rc->ids->ids[i], jkey, sizeof(jkey));
     batch_util_key_history(rc->cfg, rc->ids->ids[i], hkey, sizeof(hkey));
-    if (redisAppendCommand(c, "HMGET %s status attempt", jkey) != REDIS_OK) return -1;
+    if (redisAppendCommand(c, "HMGET %s status attempt batch_id", jkey) != REDIS_OK) return -1;
     return redisAppendCommand(c, "LINDEX %s -1", hkey) == REDIS_OK ? 0 : -1;
 }
 
@@ -315,7 +317,12 @@ static int results_reply(size_t i, redisReply **r, void *ud, char *err, size_t e
             return -1;
         }
     }
-    const redisReply *st = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 ? r[0]->element[0] : NULL;
+    const redisReply *st = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 3 ? r[0]->element[0] : NULL;
+    if (st && batch_util_other_batch(r[0]->element[2], rc->batch)) {
+        /* not this batch's outcome: its job never ran for this batch */
+        rc->other_batch++;
+        return 0;
+    }
     const char *status = st && st->type == REDIS_REPLY_STRING ? st->str : NULL;
     int is_final = status && !strcmp(status, "final");
     int is_esc = status && !strcmp(status, "escalated");
@@ -422,6 +429,7 @@ static int cmd_results(int argc, char **argv) {
     if (!out_tmp || !errs_tmp) goto done;
     ctx.cfg = cfg;
     ctx.ids = &ids;
+    ctx.batch = batch;
     if (!(ctx.out = fopen(out_tmp, "w")) || !(ctx.errs = fopen(errs_tmp, "w"))) {
         fprintf(stderr, "retort results: cannot write %s: %s\n", ctx.out ? errs_path : out_path, strerror(errno));
         goto done;
@@ -440,12 +448,15 @@ static int cmd_results(int argc, char **argv) {
     }
     printf("batch %s: %zu final -> %s, %zu escalated -> %s\n", batch, ctx.finals, out_path, ctx.escalations,
            errs_path);
-    size_t unfinished = ctx.running + ctx.missing;
-    if (unfinished) {
+    size_t unfinished = ctx.running + ctx.missing + ctx.other_batch;
+    if (ctx.running + ctx.missing) {
         fprintf(stderr, "retort results: %zu of %zu job(s) not finished yet (%zu running or retrying, %zu not "
                         "started or expired)\n",
-                unfinished, ids.count, ctx.running, ctx.missing);
+                ctx.running + ctx.missing, ids.count, ctx.running, ctx.missing);
     }
+    if (ctx.other_batch)
+        fprintf(stderr, "retort results: %zu of %zu job(s) hold another batch's state (job_id reused): skipped\n",
+                ctx.other_batch, ids.count);
     rc = unfinished ? BATCH_EXIT_NO : BATCH_EXIT_OK;
 done:
     if (ctx.out) fclose(ctx.out);

@@ -24,7 +24,9 @@ static const char report_usage[] =
 typedef struct report {
     const config *cfg;
     const batch_ids *ids;
+    const char *batch;
     size_t finals, escalated, running, missing;
+    size_t other_batch;  /* the job's state is another batch's (job_id reused) */
     long long hist[HIST_MAX + 2][2];  /* [attempts][0 final, 1 escalated]; HIST_MAX+1: more */
     long long records;
     batch_tally *codes, *paths, *reasons, *categories, *repeated;
@@ -45,7 +47,7 @@ static int report_build(redisContext *c, size_t i, void *ud) {
     char jkey[512], hkey[512];
     batch_util_key_job(rp->cfg, rp->ids->ids[i], jkey, sizeof(jkey));
     batch_util_key_history(rp->cfg, rp->ids->ids[i], hkey, sizeof(hkey));
-    if (redisAppendCommand(c, "HGET %s status", jkey) != REDIS_OK) return -1;
+    if (redisAppendCommand(c, "HMGET %s status batch_id", jkey) != REDIS_OK) return -1;
     return redisAppendCommand(c, "LRANGE %s 0 -1", hkey) == REDIS_OK ? 0 : -1;
 }
 
@@ -106,7 +108,14 @@ static int report_reply(size_t i, redisReply **r, void *ud, char *err, size_t er
             return -1;
         }
     }
-    const char *status = r[0]->type == REDIS_REPLY_STRING ? r[0]->str : NULL;
+    const redisReply *st = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 ? r[0]->element[0] : NULL;
+    if (st && batch_util_other_batch(r[0]->element[1], rp->batch)) {
+        /* another batch's attempts: not this batch's job, which never ran */
+        rp->other_batch++;
+        end_run(rp);
+        return 0;
+    }
+    const char *status = st && st->type == REDIS_REPLY_STRING ? st->str : NULL;
     int is_final = status && !strcmp(status, "final");
     int is_esc = status && !strcmp(status, "escalated");
     batch_tally_clear(rp->job_keys);
@@ -215,7 +224,7 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
     cJSON_AddNumberToObject(j, "finished", (double)finished);
     cJSON_AddNumberToObject(j, "final", (double)rp->finals);
     cJSON_AddNumberToObject(j, "escalated", (double)rp->escalated);
-    cJSON_AddNumberToObject(j, "unfinished", (double)(rp->running + rp->missing));
+    cJSON_AddNumberToObject(j, "unfinished", (double)(rp->running + rp->missing + rp->other_batch));
     double rate = finished ? (double)rp->finals / (double)finished : -1;
     if (finished) cJSON_AddNumberToObject(j, "success_rate", rate);
     else cJSON_AddNullToObject(j, "success_rate");
@@ -230,6 +239,11 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
     if (rp->running + rp->missing) {
         snprintf(msg, sizeof(msg), "%zu job(s) not finished yet: the numbers are partial",
                  rp->running + rp->missing);
+        cJSON_AddItemToArray(warnings, cJSON_CreateString(msg));
+    }
+    if (rp->other_batch) {
+        snprintf(msg, sizeof(msg), "%zu job(s) hold another batch's state (job_id reused): not counted",
+                 rp->other_batch);
         cJSON_AddItemToArray(warnings, cJSON_CreateString(msg));
     }
     cJSON_AddBoolToObject(j, "below_threshold", finished && rate < threshold);
@@ -506,6 +520,7 @@ int batch_report_main(int argc, char **argv) {
     }
     rp.cfg = cfg;
     rp.ids = &ids;
+    rp.batch = batch;
     batch_tally **tallies[] = {&rp.codes,  &rp.paths,      &rp.reasons,        &rp.categories, &rp.repeated,
                                &rp.prompt, &rp.completion, &rp.model_attempts, &rp.job_keys,   &rp.attempt_keys};
     for (size_t i = 0; i < sizeof(tallies) / sizeof(tallies[0]); i++) {

@@ -314,32 +314,88 @@ static int read_jobs(submit_ctx *sc) {
     return rc;
 }
 
-typedef struct state_probe {
+/* Claims a job id for the batch, atomically: the job's hash gets the
+ * batch_id (which the worker writes there too) with the state's TTL, so a
+ * second batch with the same id is refused while the first one's job
+ * still waits in the topic (it has no status until a worker begins it).
+ * KEYS: the job's hash; ARGV: batch, ttl (s).  Returns {0, ''} when
+ * claimed, {1, status} when the job has state (a worker would not run it
+ * again), {2, batch} when another batch holds it. */
+static const char script_claim[] =
+    "local f = redis.call('HMGET', KEYS[1], 'status', 'batch_id')\n"
+    "if f[1] then return {1, f[1]} end\n"
+    "if f[2] and f[2] ~= ARGV[1] then return {2, f[2]} end\n"
+    "redis.call('HSET', KEYS[1], 'batch_id', ARGV[1])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
+    "return {0, ''}\n";
+
+/* Lets a claim go when nothing was produced: only a hash that is still
+ * nothing but this batch's claim.  KEYS: the job's hash; ARGV: batch. */
+static const char script_unclaim[] =
+    "if redis.call('HGET', KEYS[1], 'batch_id') == ARGV[1] and redis.call('HLEN', KEYS[1]) == 1 then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "end\n"
+    "return 0\n";
+
+typedef struct claim_ctx {
     const config *cfg;
     const sub_jobs *jobs;
-    size_t with_state;
+    const char *batch;
+    const char *script;
+    size_t refused;
     const char *cmd;
-} state_probe;
+} claim_ctx;
 
-static int probe_build(redisContext *c, size_t i, void *ud) {
-    state_probe *sp = ud;
+static int claim_build(redisContext *c, size_t i, void *ud) {
+    claim_ctx *cc = ud;
     char key[512];
-    batch_util_key_job(sp->cfg, sp->jobs->items[i].id, key, sizeof(key));
-    return redisAppendCommand(c, "HGET %s status", key) == REDIS_OK ? 0 : -1;
+    batch_util_key_job(cc->cfg, cc->jobs->items[i].id, key, sizeof(key));
+    return redisAppendCommand(c, "EVAL %s 1 %s %s %lld", cc->script, key, cc->batch,
+                              config_get_int(cc->cfg, "redis.ttl_s")) == REDIS_OK
+               ? 0
+               : -1;
 }
 
-static int probe_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
-    state_probe *sp = ud;
+static int claim_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    claim_ctx *cc = ud;
     if (r[0]->type == REDIS_REPLY_ERROR) {
         snprintf(err, errlen, "redis: %s", r[0]->str);
         return -1;
     }
-    if (r[0]->type == REDIS_REPLY_STRING) {
-        if (sp->with_state++ < MAX_REPORTED_ERRORS)
+    if (r[0]->type != REDIS_REPLY_ARRAY || r[0]->elements != 2 || r[0]->element[0]->type != REDIS_REPLY_INTEGER ||
+        r[0]->element[1]->type != REDIS_REPLY_STRING) {
+        snprintf(err, errlen, "redis: unexpected reply to the claim of job %s", cc->jobs->items[i].id);
+        return -1;
+    }
+    long long verdict = r[0]->element[0]->integer;
+    const char *what = r[0]->element[1]->str;
+    const sub_job *j = &cc->jobs->items[i];
+    if (verdict && cc->refused++ < MAX_REPORTED_ERRORS) {
+        if (verdict == 1)
             fprintf(stderr,
                     "retort %s: job %s (line %ld) has state in Redis already (status %s): a worker "
                     "would not run it again; give it another job_id\n",
-                    sp->cmd, sp->jobs->items[i].id, sp->jobs->items[i].line, r[0]->str);
+                    cc->cmd, j->id, j->line, what);
+        else
+            fprintf(stderr,
+                    "retort %s: job %s (line %ld) belongs to batch %s, submitted and not finished yet; "
+                    "give it another job_id\n",
+                    cc->cmd, j->id, j->line, what);
+    }
+    return 0;
+}
+
+static int unclaim_build(redisContext *c, size_t i, void *ud) {
+    claim_ctx *cc = ud;
+    char key[512];
+    batch_util_key_job(cc->cfg, cc->jobs->items[i].id, key, sizeof(key));
+    return redisAppendCommand(c, "EVAL %s 1 %s %s", script_unclaim, key, cc->batch) == REDIS_OK ? 0 : -1;
+}
+
+static int unclaim_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    if (r[0]->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "redis: %s", r[0]->str);
+        return -1;
     }
     return 0;
 }
@@ -429,6 +485,7 @@ int batch_submit_main(int argc, char **argv) {
     batch_producer *prod = NULL;
     char batch[256], err[2048];
     int claimed = 0;
+    claim_ctx cl = {0};
     int rc = batch_util_args("submit", submit_usage, argc, argv, opts, 2, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;
@@ -483,17 +540,6 @@ int batch_submit_main(int argc, char **argv) {
         fprintf(stderr, "retort submit: %s\n", err);
         goto done;
     }
-    /* A job id that has state already would be acknowledged by the worker
-     * without running (it is final, or an attempt ahead): refuse it. */
-    state_probe sp = {cfg, &sc.jobs, 0, "submit"};
-    if (batch_util_pipeline(c, sc.jobs.count, 1, probe_build, probe_reply, &sp, err, sizeof(err))) {
-        fprintf(stderr, "retort submit: %s\n", err);
-        goto done;
-    }
-    if (sp.with_state) {
-        fprintf(stderr, "retort submit: %zu job(s) have state already: nothing submitted\n", sp.with_state);
-        goto done;
-    }
     if (!(prod = batch_producer_new(cfg, err, sizeof(err)))) {
         fprintf(stderr, "retort submit: %s\n", err);
         goto done;
@@ -511,6 +557,22 @@ int batch_submit_main(int argc, char **argv) {
         goto done;
     }
     claimed = 1;
+    /* A job id that has state already would be acknowledged by the worker
+     * without running (it is final, or an attempt ahead), and one that
+     * another batch holds would run once, for that batch: refuse both.
+     * The ids are claimed as they are checked, so two submits at once
+     * cannot both have one. */
+    cl = (claim_ctx){cfg, &sc.jobs, batch, script_claim, 0, "submit"};
+    if (batch_util_pipeline(c, sc.jobs.count, 1, claim_build, claim_reply, &cl, err, sizeof(err))) {
+        fprintf(stderr, "retort submit: %s: nothing submitted\n", err);
+        goto done;
+    }
+    if (cl.refused) {
+        if (cl.refused > MAX_REPORTED_ERRORS)
+            fprintf(stderr, "retort submit: ... %zu more\n", cl.refused - MAX_REPORTED_ERRORS);
+        fprintf(stderr, "retort submit: %zu job_id(s) taken already: nothing submitted\n", cl.refused);
+        goto done;
+    }
     char jkey[512], ikey[512];
     store_ctx st = {batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey)),
                     batch_util_key_input(cfg, batch, ikey, sizeof(ikey)), &sc.jobs};
@@ -535,7 +597,12 @@ int batch_submit_main(int argc, char **argv) {
     printf("batch %s: submitted %zu job(s) to %s\n", batch, sc.jobs.count, topic);
     rc = BATCH_EXIT_OK;
 done:
-    if (claimed && c) forget_batch(c, cfg, batch);
+    if (claimed && c) {
+        /* nothing went out: the ids are free again (only the claims this
+         * submit made go) */
+        if (cl.batch) batch_util_pipeline(c, sc.jobs.count, 1, unclaim_build, unclaim_reply, &cl, err, sizeof(err));
+        forget_batch(c, cfg, batch);
+    }
     batch_producer_free(prod);
     if (c) redisFree(c);
     sub_jobs_clear(&sc.jobs);
@@ -555,12 +622,15 @@ done:
  * of their own, and the worker takes a late message of the earlier run
  * for stale.  A job reset before whose run has not begun (status
  * 'resubmitted': its message may never have been delivered) is reset
- * again to a later run, the batch's counters as they are.  KEYS: job,
- * history, batch; ARGV: now (ms), ttl (s).  Returns the new run, or 0
+ * again to a later run, the batch's counters as they are.  A job whose
+ * batch_id is another batch's is left alone.  KEYS: job, history, batch;
+ * ARGV: now (ms), ttl (s), batch id.  Returns the new run, or 0
  * when the job was neither. */
 static const char script_reset[] =
-    "local f = redis.call('HMGET', KEYS[1], 'status', 'run')\n"
+    "local f = redis.call('HMGET', KEYS[1], 'status', 'run', 'batch_id')\n"
     "if f[1] ~= 'escalated' and f[1] ~= 'resubmitted' then return 0 end\n"
+    "-- another batch's job under the same id: not ours to run again\n"
+    "if f[3] and f[3] ~= ARGV[3] then return 0 end\n"
     "local run = (tonumber(f[2]) or 1) + 1\n"
     "local batch = f[1] == 'escalated' and redis.call('EXISTS', KEYS[3]) == 1\n"
     "if batch then\n"
@@ -584,7 +654,8 @@ static const char script_reset[] =
     "  redis.call('HINCRBY', KEYS[3], 'resubmitted', 1)\n"
     "end\n"
     "redis.call('DEL', KEYS[1], KEYS[2])\n"
-    "redis.call('HSET', KEYS[1], 'run', run, 'status', 'resubmitted', 'updated', ARGV[1])\n"
+    "-- the batch keeps its claim on the id\n"
+    "redis.call('HSET', KEYS[1], 'run', run, 'status', 'resubmitted', 'updated', ARGV[1], 'batch_id', ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[1], ARGV[2])\n"
     "return run\n";
 
@@ -600,13 +671,14 @@ typedef struct resub_ctx {
     sub_jobs jobs;             /* the jobs to produce */
     size_t candidates;
     size_t missing_input;
+    size_t other_batch;        /* escalated under another batch (job_id reused): skipped */
 } resub_ctx;
 
 static int scan_build(redisContext *c, size_t i, void *ud) {
     resub_ctx *rc = ud;
     char key[512];
     batch_util_key_job(rc->cfg, rc->ids->ids[i], key, sizeof(key));
-    if (redisAppendCommand(c, "HGET %s status", key) != REDIS_OK) return -1;
+    if (redisAppendCommand(c, "HMGET %s status batch_id", key) != REDIS_OK) return -1;
     return redisAppendCommand(c, "HGET %s %s", rc->input_key, rc->ids->ids[i]) == REDIS_OK ? 0 : -1;
 }
 
@@ -620,8 +692,13 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
             return -1;
         }
     }
-    if (r[0]->type != REDIS_REPLY_STRING || (strcmp(r[0]->str, "escalated") && strcmp(r[0]->str, "resubmitted")))
+    const redisReply *st = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 ? r[0]->element[0] : NULL;
+    if (!st || st->type != REDIS_REPLY_STRING || (strcmp(st->str, "escalated") && strcmp(st->str, "resubmitted")))
         return 0;
+    if (batch_util_other_batch(r[0]->element[1], rc->batch)) {
+        rc->other_batch++;
+        return 0;
+    }
     rc->candidates++;
     cJSON *doc = r[1]->type == REDIS_REPLY_STRING ? parse_editable(r[1]->str, r[1]->len, NULL) : NULL;
     if (!cJSON_IsObject(doc)) {
@@ -656,8 +733,9 @@ static int reset_build(redisContext *c, size_t i, void *ud) {
     const char *id = rc->jobs.items[i].id;
     batch_util_key_job(rc->cfg, id, jkey, sizeof(jkey));
     batch_util_key_history(rc->cfg, id, hkey, sizeof(hkey));
-    return redisAppendCommand(c, "EVALSHA %s 3 %s %s %s %lld %lld", rc->sha, jkey, hkey, rc->batch_key,
-                              (long long)util_wall_ms(), config_get_int(rc->cfg, "redis.ttl_s")) == REDIS_OK
+    return redisAppendCommand(c, "EVALSHA %s 3 %s %s %s %lld %lld %s", rc->sha, jkey, hkey, rc->batch_key,
+                              (long long)util_wall_ms(), config_get_int(rc->cfg, "redis.ttl_s"),
+                              rc->batch) == REDIS_OK
                ? 0
                : -1;
 }
@@ -748,6 +826,9 @@ int batch_resubmit_main(int argc, char **argv) {
         fprintf(stderr, "retort resubmit: %s\n", err);
         goto done;
     }
+    if (rc_.other_batch)
+        fprintf(stderr, "retort resubmit: %zu job(s) hold another batch's state (job_id reused): skipped\n",
+                rc_.other_batch);
     if (!rc_.jobs.count) {
         printf("batch %s: no escalated job to resubmit\n", batch);
         rc = rc_.missing_input ? BATCH_EXIT_NO : BATCH_EXIT_OK;

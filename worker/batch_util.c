@@ -242,3 +242,7 @@ long long batch_util_reply_ll(const redisReply *r, long long def) {
     }
     return def;
 }
+
+int batch_util_other_batch(const redisReply *r, const char *batch) {
+    return r && r->type == REDIS_REPLY_STRING && strcmp(r->str, batch) != 0;
+}

@@ -12,6 +12,9 @@
  *                            replaced_completion_tokens.MODEL
  *   PREFIX:batch:{B}:jobs    list: the job ids in input order
  *   PREFIX:batch:{B}:input   hash: job id -> the job JSON as produced
+ *   PREFIX:job:{J}           the job's state hash: submit claims J for B
+ *                            by writing batch_id there (HMGET ... batch_id
+ *                            tells a reused id's state from this batch's)
  * All expire after redis.ttl_s, counted anew (all three) by a worker's
  * record of an attempt of the batch and by resubmit. */
 #ifndef RETORT_BATCH_UTIL_H
@@ -77,6 +80,10 @@ typedef int (*batch_pipe_build)(redisContext *c, size_t i, void *ud);
 typedef int (*batch_pipe_reply)(size_t i, redisReply **replies, void *ud, char *err, size_t errlen);
 int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_build build,
                         batch_pipe_reply reply, void *ud, char *err, size_t errlen);
+
+/* 1 when r, a job hash's batch_id, names a batch other than batch: the
+ * job's state is another batch's (its job_id reused), not this one's. */
+int batch_util_other_batch(const redisReply *r, const char *batch);
 
 /* The decimal value of an integer or string reply; def when nil/other. */
 long long batch_util_reply_ll(const redisReply *r, long long def);

@@ -5,7 +5,9 @@
  *   PREFIX:job:{ID}          hash: attempt, status (running|retrying|final|
  *                            escalated), owner, max_attempts, created,
  *                            updated, recorded, published, batch_id,
- *                            prompt_tokens, completion_tokens
+ *                            prompt_tokens, completion_tokens (retort
+ *                            submit makes it with batch_id alone: the id's
+ *                            claim while the job waits in the topic)
  *   PREFIX:job:{ID}:history  list: one JSON record per attempt
  *   PREFIX:batch:{BATCH}     hash: per batch, counts of attempts by outcome
  *                            (final, escalated, retrying), attempts, tokens;

@@ -738,3 +738,86 @@ def test_batch_keys_live_as_long_as_the_batch_runs(stack):
     assert p.returncode == 0, p.stderr
     pttl = [r.pttl(k) for k in keys]   # no worker: the resubmit's own
     assert all(t > 57000 for t in pttl), pttl
+
+
+def test_a_second_batch_cannot_take_queued_job_ids(stack):
+    """Job ids still queued for one batch (no status in Redis yet) are
+    claimed by it: a second batch with them is refused and produces
+    nothing.  Before, the second batch was submitted, never completed (its
+    jobs ran as the first's) and its results were the first's."""
+    r = stack.redis_client()
+    path = os.path.join(stack.dir, "ids.jsonl")
+    with open(path, "w") as f:
+        for jid, k in (("dup-0", "ok"), ("dup-1", "refusal"), ("dup-2", "ok")):
+            prompt = "Describe %s." % jid + (" [[mock %s]]" % KINDS[k] if KINDS[k] else "")
+            f.write(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": prompt}) + "\n")
+    submit(stack, path, "--batch", "first")
+    # the same ids, and one new one, while the first batch waits in the topic
+    path2 = os.path.join(stack.dir, "ids2.jsonl")
+    with open(path) as f, open(path2, "w") as g:
+        g.write(f.read() + json.dumps({"job_id": "dup-new", "schema": "product.v1", "prompt": "x"}) + "\n")
+    p = retort(stack, "submit", path2, "--batch", "second")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    for i in range(3):
+        assert "job dup-%d (line %d) belongs to batch first" % (i, i + 1) in p.stderr, p.stderr
+    assert "dup-new" not in p.stderr and "nothing submitted" in p.stderr
+    assert len(stack.consume("retort.jobs")) == 3
+    assert r.keys("retort:batch:{second}*") == []
+    assert r.exists("retort:job:{dup-new}") == 0                 # its claim let go
+    assert r.hget("retort:job:{dup-0}", "batch_id") == "first"  # the first's kept
+    assert 0 < r.ttl("retort:job:{dup-0}") <= 86400 * 7
+
+    stack.start_worker()
+    wait_done(stack, "first")
+    p = retort(stack, "results", "second", "-o", os.path.join(stack.dir, "second.jsonl"))
+    assert p.returncode == 1 and "unknown batch second" in p.stderr
+    p = retort(stack, "results", "first", "-o", os.path.join(stack.dir, "first.jsonl"))
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(stack.dir, "first.jsonl")) as f:
+        assert [json.loads(l)["job_id"] for l in f] == ["dup-0", "dup-2"]
+
+
+def test_readers_skip_another_batchs_jobs(stack):
+    """A batch whose job ids hold another batch's state (reused before ids
+    were claimed, or written by hand) gets none of it: results writes no
+    line for them, report does not count them, resubmit leaves them."""
+    r = stack.redis_client()
+    w = stack.start_worker()
+    path = os.path.join(stack.dir, "ids.jsonl")
+    lines = []
+    for jid, k in (("re-0", "ok"), ("re-1", "refusal")):
+        prompt = "Describe %s." % jid + (" [[mock %s]]" % KINDS[k] if KINDS[k] else "")
+        lines.append(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": prompt}))
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    submit(stack, path, "--batch", "owner")
+    wait_done(stack, "owner")
+    # a batch of the same ids, as an older submit left it
+    r.hset("retort:batch:{reuse}", mapping={"total": 2, "created": 1})
+    r.rpush("retort:batch:{reuse}:jobs", "re-0", "re-1")
+    r.hset("retort:batch:{reuse}:input", mapping={"re-0": lines[0], "re-1": lines[1]})
+    out = os.path.join(stack.dir, "reuse.jsonl")
+    p = retort(stack, "results", "reuse", "-o", out)
+    assert p.returncode == 1 and "2 of 2 job(s) hold another batch's state" in p.stderr, p.stderr
+    with open(out) as f, open(os.path.join(stack.dir, "reuse.errors.jsonl")) as g:
+        assert f.read() == "" and g.read() == ""
+    p = retort(stack, "report", "reuse", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert (rep["final"], rep["escalated"], rep["unfinished"]) == (0, 0, 2), rep
+    assert any("another batch" in w for w in rep["warnings"]), rep
+    fields = ("status", "attempt", "run", "batch_id")
+    before = r.hmget("retort:job:{re-1}", fields)
+    assert before == ["escalated", "1", None, "owner"], before
+    n = len(stack.consume("retort.jobs"))
+    p = retort(stack, "resubmit", "reuse", "--escalated")
+    assert p.returncode == 0 and "no escalated job to resubmit" in p.stdout, (p.stdout, p.stderr)
+    assert "1 job(s) hold another batch's state" in p.stderr
+    assert r.hmget("retort:job:{re-1}", fields) == before
+    assert len(stack.consume("retort.jobs")) == n
+    # the owner's own resubmit keeps its claim on the id (no worker to
+    # write it again)
+    stack.stop_worker(w)
+    p = retort(stack, "resubmit", "owner", "--escalated")
+    assert p.returncode == 0, p.stderr
+    assert r.hget("retort:job:{re-1}", "batch_id") == "owner"
