@@ -1378,6 +1378,17 @@ static int index_node(cctx *c, const cJSON *js, cres *res, dialect d, const char
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(js, "$id");
     const cJSON *sch = cJSON_GetObjectItemCaseSensitive(js, "$schema");
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(js, "$ref");
+    /* Each $ref is resolved against its resource's URI, copied a few times
+     * over: a $id of 500 KB and 4,000 "$ref": "#" took 4 GB. */
+    static const char *const uri_kws[] = { "$id", "$schema", "$ref", "$dynamicRef", "$recursiveRef",
+                                           "$anchor", "$dynamicAnchor" };
+    for (size_t k = 0; k < sizeof uri_kws / sizeof uri_kws[0]; k++) {
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(js, uri_kws[k]);
+        if (cJSON_IsString(u) && strlen(u->valuestring) > SCHEMA_URI_MAX) {
+            cfail(c, "%s/%s: longer than %d bytes", ptr[0] ? ptr : "", uri_kws[k], SCHEMA_URI_MAX);
+            return -1;
+        }
+    }
     if (cJSON_IsString(sch) && (is_root || cJSON_IsString(id))) {
         if (dialect_of_uri(c, sch->valuestring, d, &d, 0) < 0)
             return -1;
@@ -2856,6 +2867,7 @@ typedef struct vctx {
     char ebuf[SNIPPET_MAX + 8]; /* `expected` text of the report being made */
     unsigned rx_calls;
     long long rx_start_ms; /* coarse clock at the first regex match */
+    unsigned long evals;   /* (sub)schemas evaluated: see SCHEMA_EVAL_MAX */
     const schema_regex *rx_miss_re; /* cache: the last failed match */
     const char *rx_miss_str;
     char limit_msg[200];
@@ -5089,8 +5101,23 @@ NOINLINE static int props_with_required(vctx *c, const node *n, const cJSON *ins
     return rr && rp;
 }
 
+/* -1 (a limit) once this pass has evaluated SCHEMA_EVAL_MAX schemas. */
+static int eval_budget(vctx *c, const node *n)
+{
+    /* The reporting pass (an invalid value's) costs some ten times more
+     * an evaluation, in time and in the memory of the violations it keeps
+     * along the way: a tenth of the budget. */
+    unsigned long max = c->record ? SCHEMA_EVAL_MAX / 10 : SCHEMA_EVAL_MAX;
+    if (++c->evals <= max)
+        return 0;
+    return limit(c, "validation gave up after %lu schema evaluations (at %s): the schema applies its "
+                 "subschemas too many times over to this value", max, n->loc[0] ? n->loc : "/");
+}
+
 static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
 {
+    if (eval_budget(c, n))
+        return -1;
     if (n->boolean) {
         if (n->boolean == B_TRUE)
             return 1;
@@ -5200,6 +5227,8 @@ static int eval_full(vctx *c, const node *n, const cJSON *inst, evset *ev)
  * unevaluated*, no dynamic scope): the same answer with less to carry. */
 static int eval_quiet(vctx *c, const node *n, const cJSON *inst)
 {
+    if (eval_budget(c, n))
+        return -1;
     if (n->leaf) {
         if (n->fast) {
             int r = leaf_fast(c, n, inst);
@@ -5268,6 +5297,7 @@ static void vctx_init(vctx *c, const schema *s, int record)
     c->rx_miss_re = NULL;
     c->rx_calls = 0;
     c->rx_start_ms = 0;
+    c->evals = 0;
     c->limit_msg[0] = '\0';
 }
 
