@@ -81,6 +81,7 @@ static const cfg_def cfg_defs[] = {
     S("schemas.dir", "schemas/output", "directory of output schemas; the id product.v1 is product.v1.json"),
     S("schemas.envelopes", "schemas", "directory of the job and event envelope schemas"),
     B("schemas.format_assert", "false", "treat `format` as an assertion"),
+    I("schemas.inline_max_bytes", "65536", 1024, 16777216, "longest inline schema (a job's own, as compact JSON) compiled; a longer one escalates the job: compiled, a schema can take a few hundred times its size"),
     I("schemas.inline_cache", "64", 0, 100000, "inline schemas (a job's own) kept compiled, least recently used out first, so that jobs sending the same schema compile it once (0: compile it for every job)"),
     S("events.source", "/retort/worker", "ce_source of produced events"),
     S("worker.id", "", "worker id in logs and Redis (default: host-pid)"),

@@ -2658,10 +2658,13 @@ static const discrim *find_discrim(cctx *c, node *const *br, size_t nb)
             size_t i = 0;
             for (; i < nb; i++) {
                 vals[i] = br[i]->boolean ? NULL : branch_const(br[i], name);
-                if (!vals[i])
+                /* A discriminator names its branch with a scalar.  Consts of
+                 * arrays or objects were compared whole, for each property
+                 * of each anyOf: a 100 KB schema took 8 s to compile. */
+                if (!vals[i] || IS_ARRAY(vals[i]) || IS_OBJECT(vals[i]))
                     break;
                 size_t j = 0;
-                while (j < i && !json_equal(vals[j], vals[i]))
+                while (j < i && vals[j] != vals[i] && !json_equal(vals[j], vals[i]))
                     j++;
                 if (j < i)
                     break;

@@ -21,6 +21,7 @@ struct schema_cache {
     schema_registry *reg;
     schema_options opts;
     size_t max_entries, count;
+    size_t max_bytes; /* longest schema text compiled; 0: no limit */
     void (*user_free)(void *);
     centry **table;
     size_t mask;
@@ -129,6 +130,11 @@ static void evict(schema_cache *c)
     }
 }
 
+void schema_cache_set_max_bytes(schema_cache *c, size_t max_bytes)
+{
+    c->max_bytes = max_bytes;
+}
+
 schema_cache_entry *schema_cache_get(schema_cache *c, const cJSON *doc, char *err, size_t errlen)
 {
     char *text = jsonout_print(doc);
@@ -138,6 +144,11 @@ schema_cache_entry *schema_cache_get(schema_cache *c, const cJSON *doc, char *er
         return NULL;
     }
     size_t len = strlen(text);
+    if (c->max_bytes && len > c->max_bytes) {
+        snprintf(err, errlen, "%zu bytes, over schemas.inline_max_bytes (%zu)", len, c->max_bytes);
+        free(text);
+        return NULL;
+    }
     uint64_t h = text_hash(text, len);
     if (c->max_entries) {
         for (e = c->table[h & c->mask]; e; e = e->hnext) {

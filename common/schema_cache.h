@@ -45,6 +45,11 @@ schema_cache *schema_cache_new(schema_registry *reg, const schema_options *opts,
 /* Accepts NULL.  Frees every kept entry, held or not: nothing may use
  * one after. */
 void schema_cache_free(schema_cache *c);
+/* Schemas whose compact text is longer than max_bytes (0: no limit, the
+ * default) are refused by schema_cache_get, not compiled: a compiled
+ * schema can take a few hundred times its text, and inline schemas come
+ * from whoever writes to the jobs topic. */
+void schema_cache_set_max_bytes(schema_cache *c, size_t max_bytes);
 
 /* The compiled form of doc (borrowed), compiled now unless kept.  Held by
  * the caller until schema_cache_release.  NULL when doc does not compile

@@ -769,3 +769,23 @@ def test_a_stop_with_a_webhook_post_in_flight_frees_it(stack):
         assert "drain timeout" in stack.worker_log(w.name)
     finally:
         srv.shutdown()
+
+
+def test_an_inline_schema_over_the_size_limit_is_refused(stack):
+    """Inline schemas come from whoever writes to the jobs topic, and a
+    compiled schema can take a few hundred times its text: one longer than
+    schemas.inline_max_bytes is refused (invalid_schema, no LLM call), not
+    compiled.  One below the limit runs."""
+    w = stack.start_worker("--set", "schemas.inline_max_bytes=2048")
+    big = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(100)}}
+    small = {"type": "object", "properties": {"p%d" % i: {"type": "string"} for i in range(10)}}
+    assert len(json.dumps(big, separators=(",", ":"))) > 2048 > len(json.dumps(small, separators=(",", ":")))
+    a, b = uid("inline-big"), uid("inline-small")
+    stack.produce_jobs([job(a, schema=big), job(b, schema=small)])
+    stack.wait_outcomes([a, b])
+    (esc,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == a]
+    assert esc["category"] == "invalid_schema", esc
+    assert "over schemas.inline_max_bytes (2048)" in json.dumps(esc["history"]), esc
+    assert "%s:1" % a not in stack.llm_stats()["calls"]
+    assert [m for m in stack.consume("retort.final") if m["value"]["job_id"] == b]
+    assert stack.stop_worker(w) == 0

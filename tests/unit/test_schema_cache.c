@@ -129,6 +129,23 @@ static void test_no_cache(void **state)
     schema_cache_free(NULL);
 }
 
+/* An inline schema over the limit is refused, not compiled: a compiled
+ * schema can take a few hundred times its text. */
+static void test_max_bytes(void **state)
+{
+    (void)state;
+    schema_cache *c = schema_cache_new(NULL, NULL, 4, NULL);
+    schema_cache_set_max_bytes(c, strlen("{\"type\":\"object\",\"required\":[\"a\"]}"));
+    schema_cache_release(c, get(c, A)); /* at the limit (compact text): compiled */
+    cJSON *doc = cJSON_Parse("{\"type\":\"object\",\"required\":[\"ab\"]}");
+    char err[256] = "";
+    assert_null(schema_cache_get(c, doc, err, sizeof err));
+    assert_non_null(strstr(err, "over schemas.inline_max_bytes"));
+    cJSON_Delete(doc);
+    expect_stats(c, 0, 1, 1);
+    schema_cache_free(c);
+}
+
 static void test_compile_error(void **state)
 {
     (void)state;
@@ -207,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_held_entries_stay),
         cmocka_unit_test(test_no_cache),
         cmocka_unit_test(test_compile_error),
+        cmocka_unit_test(test_max_bytes),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_user_data),
     };
