@@ -153,6 +153,29 @@ static void test_enum_const_equality(void **state)
     assert_string_equal(v.items[0].path, "/b");
     schema_violations_clear(&v);
     schema_free(s);
+
+    /* objects in another key order: sorted and compared in step (a lookup
+     * per member was quadratic); values swapped between keys differ (and
+     * hash apart: they all met in one run) */
+    s = compile_text("{\"uniqueItems\":true}", NULL);
+    assert_int_equal(check(s, "[{\"a\":1,\"b\":2,\"c\":{\"x\":1,\"y\":2}},{\"c\":{\"y\":2,\"x\":1},\"b\":2,\"a\":1}]", &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_NOT_UNIQUE);
+    schema_violations_clear(&v);
+    assert_int_equal(check(s, "[{\"a\":1,\"b\":2},{\"b\":1,\"a\":2},{\"a\":2,\"b\":1,\"c\":3}]", &v), 0);
+    assert_int_equal(check(s, "[{\"a\":1,\"b\":2},{\"b\":2,\"c\":1}]", &v), 0);
+    sbuf b = { 0 };
+    sbuf_puts(&b, "[");
+    for (int i = 0; i < 2; i++) { /* 2 x 5,000 members, reversed, equal */
+        sbuf_puts(&b, i ? ",{" : "{");
+        for (int k = 0; k < 5000; k++) sbuf_printf(&b, "%s\"k%d\":%d", k ? "," : "", i ? 4999 - k : k, i ? 4999 - k : k);
+        sbuf_puts(&b, "}");
+    }
+    sbuf_puts(&b, "]");
+    assert_int_equal(check(s, b.data, &v), 1);
+    assert_string_equal(v.items[0].code, SCHEMA_NOT_UNIQUE);
+    schema_violations_clear(&v);
+    sbuf_free(&b);
+    schema_free(s);
 }
 
 static void test_numbers(void **state)
