@@ -1115,7 +1115,9 @@ static void trim_violations(const worker *w, cJSON *v, size_t max) {
     while ((size_t)cJSON_GetArraySize(v) > max) cJSON_DeleteItemFromArray(v, cJSON_GetArraySize(v) - 1);
 }
 
-static void validate_text(wjob *j) {
+/* Returns 0 when the answer was parsed as JSON (so it is UTF-8), -1 when
+ * not: the caller then checks its bytes before keeping them. */
+static int validate_text(wjob *j) {
     worker *w = j->w;
     char err[256];
     cJSON *value = NULL;
@@ -1126,12 +1128,12 @@ static void validate_text(wjob *j) {
         j->cat = DECIDE_CAT_INVALID;
         cJSON_AddItemToArray(j->violations, violation("", "NOT_JSON",
             "the answer holds U+0000, the NUL character, which JSON text never holds: leave it out"));
-        return;
+        return -1;
     }
     if (extract_json(j->text, strlen(j->text), &value, err, sizeof(err))) {
         j->cat = DECIDE_CAT_INVALID;
         cJSON_AddItemToArray(j->violations, violation("", "NOT_JSON", err));
-        return;
+        return -1;
     }
     schema_violations sv = {0};
     const schema *s = j->os->compiled;
@@ -1145,12 +1147,12 @@ static void validate_text(wjob *j) {
         if (nv == 0) {
             j->cat = DECIDE_CAT_OK;
             j->value = value;
-            return;
+            return 0;
         }
         jsonin_free(value);
         trim_violations(w, j->violations, w->max_violations);
         j->cat = DECIDE_CAT_INVALID;
-        return;
+        return 0;
     }
     cJSON_Delete(j->violations);
     j->violations = schema_violations_to_json(&sv);
@@ -1158,6 +1160,7 @@ static void validate_text(wjob *j) {
     schema_violations_clear(&sv);
     jsonin_free(value);
     j->cat = DECIDE_CAT_INVALID;
+    return 0;
 }
 
 /* A model's limits: its own where set, else ratelimit.rpm / .tpm. */
@@ -1265,9 +1268,10 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         /* x-should-retry: true makes any failure transient. */
         if (resp->should_retry == 1 && j->cat >= DECIDE_CAT_AUTH) j->cat = DECIDE_CAT_SERVER_ERROR;
     }
+    int utf8 = 0;
     switch (j->cat) {
     case DECIDE_CAT_OK:
-        validate_text(j);
+        utf8 = validate_text(j) == 0;
         break;
     case DECIDE_CAT_TRUNCATED:
         j->violations = cJSON_CreateArray();
@@ -1291,8 +1295,9 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     }
     /* Judged as it came; kept (records, the retry job's reflection, the
      * escalation) with bytes that are not UTF-8 replaced: the retry job
-     * carrying them was dead-lettered on its way back, and the job lost. */
-    size_t tlen = j->text ? strlen(j->text) : 0;
+     * carrying them was dead-lettered on its way back, and the job lost.
+     * An answer parsed as JSON was found UTF-8 there already. */
+    size_t tlen = j->text && !utf8 ? strlen(j->text) : 0;
     if (tlen && !util_utf8_valid(j->text, tlen)) {
         char *scrubbed = util_utf8_scrub(j->text, tlen, NULL);
         free(j->text);
