@@ -246,10 +246,13 @@ conformance: $(BUILD)/jsts-runner
 integration: all
 	cd tests/integration && $(PY) -m pytest -q -p no:cacheprovider .
 
+# The compose file's syntax, and the image's build stage run without docker
+# on only the files its Dockerfile copies.
 compose-check:
 	@if command -v docker-compose >/dev/null; then \
 	  docker-compose -f docker/docker-compose.yml config -q && echo "docker-compose config: ok"; \
 	else echo "docker-compose not installed"; exit 1; fi
+	@sh tests/docker_build_check.sh .
 
 test: deps all
 	$(MAKE) --no-print-directory unit
