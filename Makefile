@@ -22,7 +22,7 @@ pc = $(shell pkg-config --cflags --libs $(1) 2>/dev/null)
 # open, and the mock shares the bench machine's two cores with the worker).
 # tcmalloc (Debian's libtcmalloc-minimal4, runtime package only: hence the
 # versioned name) cut the worker's CPU per job by 25-30% in paired bench
-# runs: a job makes ~170 short-lived allocations, and glibc's malloc spent
+# runs: a job then made ~170 short-lived allocations (about 130 now: README), and glibc's malloc spent
 # a quarter of the worker's time in them.  MALLOC=libc builds without.
 MALLOC ?= tcmalloc
 ifeq ($(MALLOC),tcmalloc)
