@@ -831,6 +831,24 @@ void schema_regex_free(schema_regex *re)
     free(re);
 }
 
+/* 16: an allocation's header and rounding, about (glibc's malloc; the
+ * worker's tcmalloc has no header but rounds to size classes). */
+#define ALLOC_OVERHEAD 16
+
+size_t schema_regex_mem_bytes(const schema_regex *re)
+{
+    if (!re)
+        return 0;
+    size_t code = 0, jit = 0;
+    pcre2_pattern_info(re->code, PCRE2_INFO_SIZE, &code);
+    if (re->jit)
+        pcre2_pattern_info(re->code, PCRE2_INFO_JITSIZE, &jit);
+    size_t b = sizeof *re + strlen(re->source) + 1 + code + jit + 3 * ALLOC_OVERHEAD;
+    if (re->simple)
+        b += sizeof *re->simple + ALLOC_OVERHEAD;
+    return b;
+}
+
 int schema_regex_match(const schema_regex *re, const char *s, size_t len)
 {
     if (re->simple)

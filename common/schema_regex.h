@@ -52,6 +52,13 @@ const char *schema_regex_source(const schema_regex *re);
  * (diagnostics and tests). */
 int schema_regex_is_simple(const schema_regex *re);
 
+/* The memory re holds, in bytes, about: PCRE2's compiled pattern
+ * (PCRE2_INFO_SIZE), its JIT code (PCRE2_INFO_JITSIZE), the source and
+ * the built-in matcher's tables, each with the allocator's overhead.
+ * (For schema_mem_bytes: a cache bounds the compiled schemas it keeps by
+ * it.) */
+size_t schema_regex_mem_bytes(const schema_regex *re);
+
 /* Nonzero when pattern is a valid ECMA-262 regex (format "regex"). */
 int schema_regex_is_valid(const char *pattern);
 

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1741,6 +1742,113 @@ static void test_registry_load_dir(void **state)
     rmdir(dir);
 }
 
+/* ---- schema_mem_bytes ---------------------------------------------------- */
+
+/* {"prefixItems":[{},...]} of n subschemas: about 240 times its text
+ * compiled (a node and its location per {}), the case that made a cache
+ * bounded by entries alone unbounded in memory. */
+static char *prefix_items_text(size_t n)
+{
+    char *t = malloc(32 + 3 * n);
+    assert_non_null(t);
+    size_t l = (size_t)sprintf(t, "{\"prefixItems\":[");
+    for (size_t i = 0; i < n; i++)
+        l += (size_t)sprintf(t + l, i ? ",{}" : "{}");
+    strcpy(t + l, "]}");
+    return t;
+}
+
+/* n properties, each with a pattern of its own (PCRE2 code, compiled
+ * outside the schema's arena) */
+static char *patterns_text(size_t n)
+{
+    char *t = malloc(32 + 80 * n);
+    assert_non_null(t);
+    size_t l = (size_t)sprintf(t, "{\"properties\":{");
+    for (size_t i = 0; i < n; i++)
+        l += (size_t)sprintf(t + l, "%s\"p%zu\":{\"pattern\":\"^[a-z]+%zu(x|y)*[0-9]{2,5}$\"}", i ? "," : "", i, i);
+    strcpy(t + l, "}}");
+    return t;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#else
+#define UNDER_ASAN 0
+#endif
+
+/* glibc's count of the heap in use (ASan's allocator keeps no such count) */
+#if !UNDER_ASAN
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+}
+#endif
+
+/* The estimate grows with the schema, and within a few tenths of what the
+ * heap grew by compiling it (JIT code is mapped apart from the heap, so a
+ * schema of regexes holds more than the heap shows: up to twice). */
+static void mem_estimate_against_heap(const char *text, double lo, double hi)
+{
+    cJSON *doc = cJSON_Parse(text);
+    assert_non_null(doc);
+    char err[256];
+    schema *warm = schema_compile(NULL, doc, NULL, err, sizeof err); /* PCRE2's once-only setup */
+    assert_non_null(warm);
+    schema_free(warm);
+#if !UNDER_ASAN
+    size_t before = heap_in_use();
+#endif
+    schema *s = schema_compile(NULL, doc, NULL, err, sizeof err);
+    assert_non_null(s);
+    size_t est = schema_mem_bytes(s);
+    assert_true(est > strlen(text));
+#if !UNDER_ASAN
+    size_t grew = heap_in_use() - before;
+    print_message("  %zu bytes of text: estimate %zu, heap +%zu (%.2f)\n", strlen(text), est, grew,
+                  (double)est / (double)grew);
+    if ((double)est < lo * (double)grew || (double)est > hi * (double)grew)
+        fail_msg("estimate %zu, heap grew by %zu: not within %.2f-%.2f of it", est, grew, lo, hi);
+#else
+    (void)lo;
+    (void)hi;
+#endif
+    schema_free(s);
+    cJSON_Delete(doc);
+}
+
+static void test_mem_bytes(void **state)
+{
+    (void)state;
+    assert_int_equal(schema_mem_bytes(NULL), 0);
+    schema *one = compile_text("{}", NULL);
+    size_t small = schema_mem_bytes(one);
+    assert_true(small > 0);
+    schema_free(one);
+    /* 64 KB of text, as schemas.inline_max_bytes allows: about 15 MB */
+    char *t = prefix_items_text(21000);
+    schema *s = compile_text(t, NULL);
+    size_t big = schema_mem_bytes(s);
+    assert_true(big > 100 * strlen(t));
+    assert_true(big < 1000 * strlen(t));
+    schema_free(s);
+    mem_estimate_against_heap(t, 0.9, 1.2);
+    free(t);
+    t = patterns_text(1000);
+    mem_estimate_against_heap(t, 0.9, 2.0);
+    free(t);
+    /* copies of const and enum values (cJSON trees, outside the arena) */
+    t = malloc(64 + 16 * 3000);
+    assert_non_null(t);
+    size_t l = (size_t)sprintf(t, "{\"const\":[");
+    for (int i = 0; i < 3000; i++)
+        l += (size_t)sprintf(t + l, "%s{\"k\":\"v%d\"}", i ? "," : "", i);
+    strcpy(t + l, "],\"enum\":[[1,2,3],{\"four\":4}]}");
+    mem_estimate_against_heap(t, 0.9, 1.2);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1790,6 +1898,7 @@ int main(void)
         cmocka_unit_test(test_validate_cli),
         cmocka_unit_test(test_validate_cli_long_ref),
         cmocka_unit_test(test_registry_load_dir),
+        cmocka_unit_test(test_mem_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
