@@ -11,6 +11,7 @@ typedef struct centry {
     char *text;
     schema *compiled;
     uint64_t h;
+    size_t mem;                  /* what it holds, about: schema_mem_bytes and the text */
     size_t refs;
     int kept;                    /* in the table (else freed at its last release) */
     struct centry *hnext;        /* the table's chain */
@@ -22,6 +23,7 @@ struct schema_cache {
     schema_options opts;
     size_t max_entries, count;
     size_t max_bytes; /* longest schema text compiled; 0: no limit */
+    size_t max_mem, mem; /* bound on the kept entries' mem (0: none), and their sum */
     void (*user_free)(void *);
     centry **table;
     size_t mask;
@@ -113,14 +115,20 @@ static void drop(schema_cache *c, centry *e)
     lru_unlink(c, e);
     e->kept = 0;
     c->count--;
+    c->mem -= e->mem;
 }
 
-/* Down to max_entries, least recently used first, held entries skipped
- * (the cache may stay over while jobs hold them). */
+static int over(const schema_cache *c)
+{
+    return c->count > c->max_entries || (c->max_mem && c->mem > c->max_mem);
+}
+
+/* Down to max_entries and max_mem, least recently used first, held
+ * entries skipped (the cache may stay over while jobs hold them). */
 static void evict(schema_cache *c)
 {
     centry *e = c->tail;
-    while (c->count > c->max_entries && e) {
+    while (over(c) && e) {
         centry *prev = e->prev;
         if (!e->refs) {
             drop(c, e);
@@ -133,6 +141,12 @@ static void evict(schema_cache *c)
 void schema_cache_set_max_bytes(schema_cache *c, size_t max_bytes)
 {
     c->max_bytes = max_bytes;
+}
+
+void schema_cache_set_max_mem(schema_cache *c, size_t max_mem)
+{
+    c->max_mem = max_mem;
+    evict(c);
 }
 
 schema_cache_entry *schema_cache_get(schema_cache *c, const cJSON *doc, char *err, size_t errlen)
@@ -173,17 +187,23 @@ schema_cache_entry *schema_cache_get(schema_cache *c, const cJSON *doc, char *er
     e->compiled = s;
     e->text = text;
     e->h = h;
+    /* the entry and its text too: a small schema's text is a fair part */
+    e->mem = schema_mem_bytes(s) + sizeof *e + len + 1;
     e->refs = 1;
     e->pub.compiled = s;
     e->pub.text = text;
     e->pub.text_len = len;
     c->misses++;
-    if (c->max_entries) {
+    /* One over the whole bound is its job's alone, freed at its release:
+     * kept, it would push every other schema out, and the next one would
+     * push it out in turn. */
+    if (c->max_entries && (!c->max_mem || e->mem <= c->max_mem)) {
         e->kept = 1;
         e->hnext = c->table[h & c->mask];
         c->table[h & c->mask] = e;
         lru_push(c, e);
         c->count++;
+        c->mem += e->mem;
         evict(c);
     }
     return &e->pub;
@@ -201,7 +221,7 @@ void schema_cache_release(schema_cache *c, schema_cache_entry *pub)
         return;
     if (!e->kept)
         entry_free(c, e);
-    else if (c->count > c->max_entries)
+    else if (over(c))
         evict(c);
 }
 
@@ -210,6 +230,7 @@ void schema_cache_get_stats(const schema_cache *c, schema_cache_stats *out)
     out->hits = c->hits;
     out->misses = c->misses;
     out->entries = c->count;
+    out->mem_bytes = c->mem;
 }
 
 void schema_cache_free(schema_cache *c)

@@ -7,9 +7,12 @@
  * every job sends the same few again and again.  The cache keeps the
  * compiled form of the last `max_entries` distinct schemas, keyed by their
  * compact JSON text (the text the model is sent, so it is printed anyway):
- * two documents are the same schema when they print the same.  Entries a
- * job holds are never evicted; the least recently used of the others go
- * first.  One thread (the worker's loop); the registry and options are the
+ * two documents are the same schema when they print the same.  It is
+ * bounded by entries and, optionally, by the memory the kept schemas hold
+ * (schema_cache_set_max_mem): a compiled schema can take a few hundred
+ * times its text, so a bound on entries alone does not bound memory.
+ * Entries a job holds are never evicted; the least recently used of the
+ * others go first, until both bounds hold.  One thread (the worker's loop); the registry and options are the
  * same for every call. */
 #ifndef RETORT_SCHEMA_CACHE_H
 #define RETORT_SCHEMA_CACHE_H
@@ -34,6 +37,7 @@ typedef struct schema_cache_entry {
 typedef struct schema_cache_stats {
     uint64_t hits, misses; /* gets that found the schema compiled, and those that compiled it */
     size_t entries;        /* kept now (held ones included) */
+    size_t mem_bytes;      /* what the kept entries hold, about (schema_mem_bytes and their text) */
 } schema_cache_stats;
 
 /* reg (borrowed, may be NULL) and opts (copied, may be NULL) are what
@@ -50,6 +54,14 @@ void schema_cache_free(schema_cache *c);
  * schema can take a few hundred times its text, and inline schemas come
  * from whoever writes to the jobs topic. */
 void schema_cache_set_max_bytes(schema_cache *c, size_t max_bytes);
+/* Bound on the memory the kept entries hold, in bytes (0: none, the
+ * default), measured by schema_mem_bytes plus the entry's text.  Least
+ * recently used entries not held go first until the kept ones fit (held
+ * ones may keep the cache over until they are released).  A schema that
+ * alone holds more than max_mem is compiled and handed to its caller but
+ * not kept: it is freed at its release, and the next get of it compiles
+ * it again.  The caller's user data is not counted. */
+void schema_cache_set_max_mem(schema_cache *c, size_t max_mem);
 
 /* The compiled form of doc (borrowed), compiled now unless kept.  Held by
  * the caller until schema_cache_release.  NULL when doc does not compile

@@ -1,5 +1,6 @@
 /* schema_cache: one compile per distinct inline schema, held entries
- * never evicted, least recently used out first. */
+ * never evicted, least recently used out first, bounded by entries and by
+ * the memory the compiled schemas hold. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -93,10 +94,10 @@ static void test_least_recently_used_out_first(void **state)
     schema_cache_free(c);
 }
 
-static void test_held_entries_stay(void **state)
+/* A, B and C held at once by a cache with room for one: all three stay
+ * valid, and the released ones go, least recently used first. */
+static void held_entries_stay(schema_cache *c)
 {
-    (void)state;
-    schema_cache *c = schema_cache_new(NULL, NULL, 1, NULL);
     schema_cache_entry *a = get(c, A), *b = get(c, B), *c1 = get(c, C);
     expect_stats(c, 0, 3, 3); /* over the bound while held */
     is_schema(a, A, 'a');
@@ -111,6 +112,13 @@ static void test_held_entries_stay(void **state)
     schema_cache_release(c, c1);
     schema_cache_release(c, c1);
     expect_stats(c, 1, 3, 1);
+}
+
+static void test_held_entries_stay(void **state)
+{
+    (void)state;
+    schema_cache *c = schema_cache_new(NULL, NULL, 1, NULL);
+    held_entries_stay(c);
     schema_cache_free(c);
 }
 
@@ -216,6 +224,111 @@ static void test_user_data(void **state)
     schema_cache_free(c);
 }
 
+/* what one entry of A, B or C holds (they differ in one letter) */
+static size_t mem_of_one(void)
+{
+    schema_cache *c = schema_cache_new(NULL, NULL, 4, NULL);
+    schema_cache_release(c, get(c, A));
+    schema_cache_stats st;
+    schema_cache_get_stats(c, &st);
+    schema_cache_free(c);
+    assert_true(st.mem_bytes > 0);
+    return st.mem_bytes;
+}
+
+static void expect_mem(const schema_cache *c, size_t mem)
+{
+    schema_cache_stats st;
+    schema_cache_get_stats(c, &st);
+    assert_int_equal(st.mem_bytes, mem);
+}
+
+/* {"prefixItems":[{},...]} of n: a few hundred times its text compiled */
+static char *big_text(size_t n)
+{
+    cJSON *doc = cJSON_CreateObject(), *items = cJSON_AddArrayToObject(doc, "prefixItems");
+    assert_non_null(items);
+    for (size_t i = 0; i < n; i++)
+        assert_true(cJSON_AddItemToArray(items, cJSON_CreateObject()));
+    char *t = cJSON_PrintUnformatted(doc);
+    assert_non_null(t);
+    cJSON_Delete(doc);
+    return t;
+}
+
+/* With room for two schemas' memory and for many entries, a third pushes
+ * out the least recently used: the bound on bytes holds where the bound
+ * on entries would not have. */
+static void test_max_mem_evicts_oldest(void **state)
+{
+    (void)state;
+    size_t one = mem_of_one();
+    schema_cache *c = schema_cache_new(NULL, NULL, 64, NULL);
+    schema_cache_set_max_mem(c, 2 * one + one / 2);
+    schema_cache_release(c, get(c, A));
+    schema_cache_release(c, get(c, B));
+    expect_stats(c, 0, 2, 2);
+    expect_mem(c, 2 * one);
+    schema_cache_release(c, get(c, A)); /* A used after B */
+    schema_cache_release(c, get(c, C)); /* B goes */
+    expect_stats(c, 1, 3, 2);
+    expect_mem(c, 2 * one);
+    schema_cache_release(c, get(c, A));
+    schema_cache_release(c, get(c, C));
+    expect_stats(c, 3, 3, 2);
+    schema_cache_release(c, get(c, B)); /* compiled again; A goes */
+    expect_stats(c, 3, 4, 2);
+    /* a lower bound takes effect at once */
+    schema_cache_set_max_mem(c, one);
+    expect_stats(c, 3, 4, 1);
+    expect_mem(c, one);
+    schema_cache_release(c, get(c, B)); /* the most recent stayed */
+    expect_stats(c, 4, 4, 1);
+    schema_cache_free(c);
+}
+
+/* A schema holding more than the whole bound is its job's alone: handed
+ * out, not kept (it would push out every other schema), freed at its
+ * release (ASan checks both: no leak, no use after free). */
+static void test_over_max_mem_not_kept(void **state)
+{
+    (void)state;
+    size_t one = mem_of_one();
+    char *big = big_text(2000); /* 6 KB of text, about 1.5 MB compiled */
+    schema_cache *c = schema_cache_new(NULL, NULL, 64, NULL);
+    schema_cache_set_max_mem(c, 10 * one); /* one: about 17 KB (an arena block) */
+    schema_cache_release(c, get(c, A));
+    schema_cache_entry *b1 = get(c, big), *b2 = get(c, big);
+    assert_ptr_not_equal(b1, b2); /* compiled for each job */
+    expect_stats(c, 0, 3, 1);
+    expect_mem(c, one);
+    cJSON *inst = cJSON_Parse("[1,2,3]");
+    assert_int_equal(schema_validate(b1->compiled, inst, NULL), 0);
+    schema_cache_release(c, b1);
+    assert_int_equal(schema_validate(b2->compiled, inst, NULL), 0);
+    assert_string_equal(b2->text, big);
+    schema_cache_release(c, b2);
+    cJSON_Delete(inst);
+    /* A was not pushed out for it */
+    schema_cache_release(c, get(c, A));
+    expect_stats(c, 1, 3, 1);
+    free(big);
+    schema_cache_free(c);
+}
+
+/* Entries jobs hold stay valid while the bound on bytes is exceeded, and
+ * go, least recently used first, once released. */
+static void test_max_mem_held_entries_stay(void **state)
+{
+    (void)state;
+    size_t one = mem_of_one();
+    schema_cache *c = schema_cache_new(NULL, NULL, 64, NULL);
+    schema_cache_set_max_mem(c, one + one / 2);
+    held_entries_stay(c);
+    expect_mem(c, one);
+    schema_cache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -227,6 +340,9 @@ int main(void)
         cmocka_unit_test(test_max_bytes),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_user_data),
+        cmocka_unit_test(test_max_mem_evicts_oldest),
+        cmocka_unit_test(test_over_max_mem_not_kept),
+        cmocka_unit_test(test_max_mem_held_entries_stay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
