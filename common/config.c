@@ -83,6 +83,7 @@ static const cfg_def cfg_defs[] = {
     B("schemas.format_assert", "false", "treat `format` as an assertion"),
     I("schemas.inline_max_bytes", "65536", 1024, 16777216, "longest inline schema (a job's own, as compact JSON) compiled; a longer one escalates the job: compiled, a schema can take a few hundred times its size"),
     I("schemas.inline_cache", "64", 0, 100000, "inline schemas (a job's own) kept compiled, least recently used out first, so that jobs sending the same schema compile it once (0: compile it for every job)"),
+    I("schemas.inline_cache_max_bytes", "67108864", 0, 1099511627776LL, "memory the kept inline schemas may hold, compiled, in bytes (about: what the compiler allocated for them); least recently used out first until both this and schemas.inline_cache hold. A schema over it alone is compiled for its job and not kept (0: no bound but schemas.inline_cache)"),
     S("events.source", "/retort/worker", "ce_source of produced events"),
     S("worker.id", "", "worker id in logs and Redis (default: host-pid)"),
     I("worker.processes", "1", 1, 256, "worker processes forked by the supervisor"),

@@ -2263,6 +2263,7 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
         goto out;
     }
     schema_cache_set_max_bytes(w->scache, (size_t)config_get_int(cfg, "schemas.inline_max_bytes"));
+    schema_cache_set_max_mem(w->scache, (size_t)config_get_int(cfg, "schemas.inline_cache_max_bytes"));
     w->offs = offsets_new();
     w->retry_local = config_get_bool(cfg, "retry.local");
     /* Sized for the retry jobs of a few rounds of held jobs (at most 65,536:

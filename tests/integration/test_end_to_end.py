@@ -224,6 +224,23 @@ def test_inline_schema(stack):
     assert samples[("retort_inline_schemas_total", (("cache", "hit"),))] == 15
 
 
+def test_inline_schema_over_the_cache_memory_bound(stack):
+    """schemas.inline_cache_max_bytes bounds the memory the kept compiled
+    schemas hold: a schema holding more than the whole bound (any, at 1 KB)
+    is compiled for each job and never kept, and its jobs still pass."""
+    port = free_port()
+    stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                       "--set", "schemas.inline_cache_max_bytes=1024")
+    schema = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
+    ids = [uid("inline-mem") for _ in range(4)]
+    stack.produce_jobs([job(jid, schema=schema) for jid in ids])
+    stack.wait_outcomes(ids)
+    finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
+    assert all(finals[jid]["attempts"] == 1 for jid in ids), finals
+    samples, _ = scrape_metrics(port)
+    assert samples[("retort_inline_schemas_total", (("cache", "miss"),))] == 4
+    assert samples[("retort_inline_schemas_total", (("cache", "hit"),))] == 0
+
 def test_answer_longer_than_the_receive_buffer(stack):
     """curl reads answers 4 KB at a time (CURLOPT_BUFFERSIZE): a 60 KB
     answer arrives in many pieces and is validated whole."""

@@ -27,6 +27,13 @@ static void test_defaults_and_set(void **s) {
     assert_int_not_equal(config_set(c, "llm.response_format", "maybe", err, sizeof(err)), 0);
     assert_non_null(strstr(err, "auto|on|off"));
     assert_int_not_equal(config_set(c, "schemas.format_assert", "perhaps", err, sizeof(err)), 0);
+    /* the inline schema cache's bound on memory: 64 MiB, 0 for none, not negative */
+    assert_int_equal(config_get_int(c, "schemas.inline_cache_max_bytes"), 67108864);
+    assert_int_equal(config_set(c, "schemas.inline_cache_max_bytes", "0", err, sizeof(err)), 0);
+    assert_int_equal(config_set(c, "schemas.inline_cache_max_bytes", "1099511627776", err, sizeof(err)), 0);
+    assert_int_equal(config_get_int(c, "schemas.inline_cache_max_bytes"), 1099511627776LL);
+    assert_int_not_equal(config_set(c, "schemas.inline_cache_max_bytes", "-1", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "schemas.inline_cache_max_bytes"));
     /* one model's rate limits: the suffix says which, the name may hold dots */
     assert_int_equal(config_set(c, "ratelimit.gpt-4.1.rpm", "500", err, sizeof(err)), 0);
     assert_int_equal(config_get_int(c, "ratelimit.gpt-4.1.rpm"), 500);
