@@ -110,6 +110,13 @@ void metrics_render(const metrics *m, sbuf *b) {
                    "compiled already (hit) or compiled them (miss).\n# TYPE retort_inline_schemas_total counter\n"
                    "retort_inline_schemas_total{cache=\"hit\"} %llu\nretort_inline_schemas_total{cache=\"miss\"} %llu\n",
                 (unsigned long long)m->inline_hits, (unsigned long long)m->inline_misses);
+    sbuf_printf(b, "# HELP retort_inline_schema_cache_entries Inline schemas kept compiled (at most "
+                   "schemas.inline_cache).\n# TYPE retort_inline_schema_cache_entries gauge\n"
+                   "retort_inline_schema_cache_entries %llu\n"
+                   "# HELP retort_inline_schema_cache_bytes Memory the inline schemas kept compiled hold, estimated "
+                   "(at most schemas.inline_cache_max_bytes while no job holds one).\n"
+                   "# TYPE retort_inline_schema_cache_bytes gauge\nretort_inline_schema_cache_bytes %llu\n",
+                (unsigned long long)m->inline_entries, (unsigned long long)m->inline_bytes);
     histogram(b, "retort_llm_latency_seconds", "Latency of one LLM call.", &m->llm_latency);
     histogram(b, "retort_job_latency_seconds", "From an attempt's start to its outcome, LLM included.", &m->job_latency);
     sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now.\n# TYPE retort_inflight_jobs gauge\n"

@@ -42,6 +42,7 @@ typedef struct metrics {
     uint64_t codes_other;
     uint64_t tokens[2];                /* prompt, completion */
     uint64_t inline_hits, inline_misses; /* inline schemas found compiled, compiled (schema_cache) */
+    uint64_t inline_entries, inline_bytes; /* kept compiled now, and their memory (schema_cache) */
     metrics_histogram llm_latency;     /* one LLM call */
     metrics_histogram job_latency;     /* first attempt start to outcome, per attempt */
     int64_t inflight;

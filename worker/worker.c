@@ -2034,6 +2034,8 @@ static void refresh_gauges(worker *w) {
     schema_cache_get_stats(w->scache, &sc);
     w->m.inline_hits = sc.hits;
     w->m.inline_misses = sc.misses;
+    w->m.inline_entries = sc.entries;
+    w->m.inline_bytes = sc.mem_bytes;
     w->m.llm_inflight = (int64_t)w->llm_active;
     w->m.consumer_lag = kafka_io_lag(w->kio);
     w->m.ready_kafka = kafka_io_ready(w->kio);

@@ -222,6 +222,9 @@ def test_inline_schema(stack):
     # one whose x-retort is wrong): 3 compiles
     assert samples[("retort_inline_schemas_total", (("cache", "miss"),))] == 3
     assert samples[("retort_inline_schemas_total", (("cache", "hit"),))] == 15
+    # the three that compiled stay kept, with what they hold
+    assert samples[("retort_inline_schema_cache_entries", ())] == 3
+    assert 0 < samples[("retort_inline_schema_cache_bytes", ())] < 1 << 20
 
 
 def test_inline_schema_over_the_cache_memory_bound(stack):
@@ -240,6 +243,9 @@ def test_inline_schema_over_the_cache_memory_bound(stack):
     samples, _ = scrape_metrics(port)
     assert samples[("retort_inline_schemas_total", (("cache", "miss"),))] == 4
     assert samples[("retort_inline_schemas_total", (("cache", "hit"),))] == 0
+    assert samples[("retort_inline_schema_cache_entries", ())] == 0
+    assert samples[("retort_inline_schema_cache_bytes", ())] == 0
+
 
 def test_answer_longer_than_the_receive_buffer(stack):
     """curl reads answers 4 KB at a time (CURLOPT_BUFFERSIZE): a 60 KB
