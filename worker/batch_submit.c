@@ -36,7 +36,8 @@ static const char resubmit_usage[] =
     "Runs the batch's escalated jobs again: their state is reset (the batch's tokens and\n"
     "attempts keep what they cost) and the original jobs are produced again, as the job's\n"
     "next run, with max_attempts N when given.  Jobs reset by an earlier resubmit whose\n"
-    "run has not begun are produced again too.\n";
+    "run has not begun are produced again too.  Nothing is reset when a job, as it would be\n"
+    "produced, is larger than the producer's message.max.bytes allows.\n";
 
 /* ---- shared ------------------------------------------------------------- */
 
@@ -124,6 +125,19 @@ static void sub_jobs_clear(sub_jobs *js) {
     free(js->items);
     js->items = NULL;
     js->count = js->cap = 0;
+}
+
+/* The producer refuses a message whose key and value exceed max (what
+ * batch_producer_max_bytes allows), after the jobs before it went out: a
+ * batch would be half produced.  Submit and resubmit both check every job
+ * this way before producing any.  0 when the job (its id as the key, len
+ * bytes of JSON as produced) fits; -1 with msg saying by how much not. */
+static int job_fits(const char *id, size_t len, size_t max, char *msg, size_t msglen) {
+    size_t bytes = len + strlen(id);
+    if (bytes <= max) return 0;
+    snprintf(msg, msglen, "%zu bytes with its key, over the %zu a message may hold (kafka.message.max.bytes less %d)",
+             bytes, max, BATCH_PRODUCER_MSG_OVERHEAD);
+    return -1;
 }
 
 /* Produces every job (key = job id) and waits for all delivery reports.
@@ -264,10 +278,9 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
     if (!json) goto oom;
     /* The producer would refuse it (after the jobs before it went out),
      * and the batch could never complete. */
-    size_t bytes = strlen(json) + strlen(idbuf);
-    if (bytes > sc->max_bytes) {
-        line_error(sc, line, "job %s is %zu bytes with its key, over the %zu a message may hold "
-                   "(kafka.message.max.bytes less %d)", idbuf, bytes, sc->max_bytes, BATCH_PRODUCER_MSG_OVERHEAD);
+    char why[256];
+    if (job_fits(idbuf, strlen(json), sc->max_bytes, why, sizeof(why))) {
+        line_error(sc, line, "job %s is %s", idbuf, why);
         free(json);
         return 0;
     }
@@ -672,18 +685,27 @@ typedef struct resub_ctx {
     size_t candidates;
     size_t missing_input;
     size_t other_batch;        /* escalated under another batch (job_id reused): skipped */
+    size_t max_bytes;          /* key + job, as the producer's message.max.bytes allows */
+    size_t too_big;            /* jobs that would not fit a message with their run */
 } resub_ctx;
+
+/* The member a job produced again gets, before its closing brace: its run
+ * (the reset's answer). */
+#define RESUB_RUN_MEMBER ",\"run\":%d"
 
 static int scan_build(redisContext *c, size_t i, void *ud) {
     resub_ctx *rc = ud;
     char key[512];
     batch_util_key_job(rc->cfg, rc->ids->ids[i], key, sizeof(key));
-    if (redisAppendCommand(c, "HMGET %s status batch_id", key) != REDIS_OK) return -1;
+    if (redisAppendCommand(c, "HMGET %s status batch_id run", key) != REDIS_OK) return -1;
     return redisAppendCommand(c, "HGET %s %s", rc->input_key, rc->ids->ids[i]) == REDIS_OK ? 0 : -1;
 }
 
 /* The job to produce again: the original, without what a retry adds,
- * with the new max_attempts. */
+ * with the new max_attempts; checked against the message size with the
+ * run it will carry (the one the reset script gives: the hash's run + 1;
+ * a resubmit at the same time may take it a run further, a digit more at
+ * worst, which the framing's margin in max_bytes covers). */
 static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
     resub_ctx *rc = ud;
     for (int k = 0; k < 2; k++) {
@@ -692,7 +714,7 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
             return -1;
         }
     }
-    const redisReply *st = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 ? r[0]->element[0] : NULL;
+    const redisReply *st = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 3 ? r[0]->element[0] : NULL;
     if (!st || st->type != REDIS_REPLY_STRING || (strcmp(st->str, "escalated") && strcmp(st->str, "resubmitted")))
         return 0;
     if (batch_util_other_batch(r[0]->element[1], rc->batch)) {
@@ -716,8 +738,19 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
         cJSON_AddNumberToObject(doc, "max_attempts", rc->max_attempts);
     }
     char *json = jsonout_print(doc);
-    char *id = strdup(rc->ids->ids[i]);
     cJSON_Delete(doc);
+    if (json) {
+        int run = (int)batch_util_reply_ll(r[0]->element[2], 1) + 1;
+        char why[256];
+        if (job_fits(rc->ids->ids[i], strlen(json) + (size_t)snprintf(NULL, 0, RESUB_RUN_MEMBER, run),
+                     rc->max_bytes, why, sizeof(why))) {
+            if (rc->too_big++ < MAX_REPORTED_ERRORS)
+                fprintf(stderr, "retort resubmit: job %s, as run %d, would be %s\n", rc->ids->ids[i], run, why);
+            free(json);
+            return 0;
+        }
+    }
+    char *id = json ? strdup(rc->ids->ids[i]) : NULL;
     if (!json || !id || sub_jobs_push(&rc->jobs, id, json, (long)i + 1)) {
         free(json);
         free(id);
@@ -760,7 +793,7 @@ static int reset_reply(size_t i, redisReply **r, void *ud, char *err, size_t err
         return -1;
     }
     memcpy(json, sj->json, len - 1);
-    snprintf(json + len - 1, 33, ",\"run\":%d}", rc->reset[i]);
+    snprintf(json + len - 1, 33, RESUB_RUN_MEMBER "}", rc->reset[i]);
     free(sj->json);
     sj->json = json;
     return 0;
@@ -822,6 +855,10 @@ int batch_resubmit_main(int argc, char **argv) {
     rc_.ids = &ids;
     rc_.input_key = batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
     rc_.batch_key = batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
+    if (batch_producer_max_bytes(cfg, &rc_.max_bytes, err, sizeof(err))) {
+        fprintf(stderr, "retort resubmit: %s\n", err);
+        goto done;
+    }
     if (batch_util_pipeline(c, ids.count, 2, scan_build, scan_reply, &rc_, err, sizeof(err))) {
         fprintf(stderr, "retort resubmit: %s\n", err);
         goto done;
@@ -829,6 +866,16 @@ int batch_resubmit_main(int argc, char **argv) {
     if (rc_.other_batch)
         fprintf(stderr, "retort resubmit: %zu job(s) hold another batch's state (job_id reused): skipped\n",
                 rc_.other_batch);
+    /* As submit: all or nothing, decided before any state is reset.  The
+     * producer would refuse such a job after the ones before it went out,
+     * and it would stay reset, never to run. */
+    if (rc_.too_big) {
+        if (rc_.too_big > MAX_REPORTED_ERRORS)
+            fprintf(stderr, "retort resubmit: ... %zu more\n", rc_.too_big - MAX_REPORTED_ERRORS);
+        fprintf(stderr, "retort resubmit: %zu job(s) too large for a message: nothing resubmitted\n",
+                rc_.too_big);
+        goto done;
+    }
     if (!rc_.jobs.count) {
         printf("batch %s: no escalated job to resubmit\n", batch);
         rc = rc_.missing_input ? BATCH_EXIT_NO : BATCH_EXIT_OK;

@@ -654,6 +654,48 @@ def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     assert len([m for m in stack.consume("retort.escalations") if m["value"]["job_id"] == j]) == 3
 
 
+def test_resubmit_refuses_a_job_over_the_message_size(stack):
+    """Resubmit checks every job against the producer's message.max.bytes
+    as submit does, before any reset, with the "run" it will carry: it
+    names the job and resubmits nothing.  Before, under a smaller limit
+    than the submit's, it reset both jobs, produced the small one, and the
+    producer refused the other: left reset, never run."""
+    w = stack.start_worker()
+    path = os.path.join(stack.dir, "size.jsonl")
+    with open(path, "w") as f:
+        for jid, pad in (("size-0", 10), ("size-1", 3000)):
+            prompt = "Describe %s %s. [[mock %s]]" % (jid, "x" * pad, KINDS["refusal"])
+            f.write(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": prompt}) + "\n")
+    submit(stack, path, "--batch", "size")
+    wait_done(stack, "size")
+    stack.stop_worker(w)
+    r = stack.redis_client()
+    ids = ("size-0", "size-1")
+    assert [r.hget("retort:job:{%s}" % j, "status") for j in ids] == ["escalated"] * 2
+    # the job as submitted, with its key; produced again it gains ,"run":2 (8 bytes)
+    size = len(r.hget("retort:batch:{size}:input", "size-1").encode()) + len("size-1")
+    h0 = r.hgetall("retort:batch:{size}")
+    n0 = len(stack.consume("retort.jobs"))
+
+    def refused(limit):
+        p = retort(stack, "resubmit", "size", "--escalated", "--set", "kafka.message.max.bytes=%d" % limit)
+        assert p.returncode == 2, (p.stdout, p.stderr)
+        assert ("job size-1, as run 2, would be %d bytes with its key, over the %d a message may hold "
+                "(kafka.message.max.bytes less 64)" % (size + 8, limit - 64)) in p.stderr, p.stderr
+        assert "size-0" not in p.stderr and "1 job(s) too large for a message: nothing resubmitted" in p.stderr
+        assert len(stack.consume("retort.jobs")) == n0
+        assert [r.hget("retort:job:{%s}" % j, "status") for j in ids] == ["escalated"] * 2
+        assert r.hgetall("retort:batch:{size}") == h0
+
+    refused(2000)
+    refused(size + 64 + 7)    # it fits as it was, not with its run
+    # a byte more and both go, as run 2
+    p = retort(stack, "resubmit", "size", "--escalated", "--set", "kafka.message.max.bytes=%d" % (size + 64 + 8))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "batch size: resubmitted 2 escalated job(s)"
+    runs = sorted((m["key"], m["value"]["run"]) for m in stack.consume("retort.jobs") if "run" in m["value"])
+    assert runs == [("size-0", 2), ("size-1", 2)], runs
+
 # ---- status ------------------------------------------------------------------
 
 def test_status_prints_text_fields_as_text(stack):
