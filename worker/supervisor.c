@@ -23,6 +23,7 @@ typedef struct child {
     uint64_t started_ms;
     int failures;         /* quick deaths or failed forks in a row, for backoff */
     uint64_t restart_at;  /* when not running: monotonic ms of the next start, 0: none */
+    int fork_errno;       /* why its last fork failed; 0 when it did not */
 } child;
 
 /* The SIGCHLD handler only has to exist: a signal whose default action is
@@ -63,13 +64,17 @@ static int supervisor_start(const config *cfg, const char *base_id, child *k, in
     k->restart_at = 0;
     pid_t pid = supervisor_spawn(cfg, base_id, i, oldmask);
     if (pid > 0) {
+        /* the log said it could not start: say that it did */
+        if (k->fork_errno) log_info(NULL, 0, "supervisor: worker %d started (pid %d) after a failed fork", i, (int)pid);
         k->pid = pid;
         k->started_ms = util_mono_ms();
+        k->fork_errno = 0;
         return 0;
     }
     k->pid = 0;
     k->failures++;
-    log_error(NULL, 0, "supervisor: cannot start worker %d: fork: %s", i, strerror(errno));
+    k->fork_errno = errno;
+    log_error(NULL, 0, "supervisor: cannot start worker %d: fork: %s", i, strerror(k->fork_errno));
     if (k->failures > SUPERVISOR_MAX_FAILURES) {
         log_error(NULL, 0, "supervisor: worker %d cannot be started; giving up", i);
         return -1;
@@ -77,6 +82,25 @@ static int supervisor_start(const config *cfg, const char *base_id, child *k, in
     k->restart_at = util_mono_ms() + supervisor_backoff_ms(k->failures);
     if (!k->restart_at) k->restart_at = 1;
     return 0;
+}
+
+/* Says how many of the n workers the first round of forks started: a
+ * failed fork is no worker (it is retried with the backoff).  The reason
+ * given is the last failure's: one round's forks fail for one cause. */
+static void supervisor_log_started(const child *kids, int n) {
+    int live = 0, failed = 0, why = 0;
+    for (int i = 0; i < n; i++) {
+        if (kids[i].pid > 0) live++;
+        if (kids[i].fork_errno) {
+            failed++;
+            why = kids[i].fork_errno;
+        }
+    }
+    if (!failed)
+        log_info(NULL, 0, "supervisor: %d worker process(es) started", live);
+    else
+        log_warn(NULL, 0, "supervisor: %d of %d worker process(es) started; %d could not be forked (%s), retrying",
+                 live, n, failed, strerror(why));
 }
 
 int supervisor_run(const config *cfg, int n, const char *base_id) {
@@ -99,7 +123,7 @@ int supervisor_run(const config *cfg, int n, const char *base_id) {
     int stop_signal = 0, forwarded = 0, rc = 0;
     for (int i = 0; i < n && !rc; i++)
         if (supervisor_start(cfg, base_id, &kids[i], i, &oldmask)) rc = 1;
-    log_info(NULL, 0, "supervisor: %d worker process(es) started", n);
+    supervisor_log_started(kids, n);
     const struct timespec no_wait = {0, 0};
     for (;;) {
         /* every child that ended */

@@ -2,6 +2,7 @@
 an LD_PRELOAD shim (tests/preload_supervisor.c) that puts a SIGTERM just
 before the supervisor's wait, or makes fork() fail."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -82,6 +83,7 @@ def test_stop_just_before_the_wait_is_not_lost(stack, shim, tmp_path):
         assert rc == 0, sup.log()[-3000:]
         assert "stopping workers" in sup.log()
         assert sup.log().count("consuming retort.jobs") == 2
+        assert "supervisor: 2 worker process(es) started" in sup.log()
     finally:
         sup.kill_all()
 
@@ -97,6 +99,11 @@ def test_failed_forks_are_retried_then_given_up(stack, shim, tmp_path):
         rc = sup.p.wait(120)
         log = sup.log()
         assert rc == 1, log[-3000:]
+        # none started, and the log says so (it said "2 worker process(es) started")
+        assert ("supervisor: 0 of 2 worker process(es) started; 2 could not be forked "
+                "(Resource temporarily unavailable), retrying") in log, log[-3000:]
+        assert "supervisor: 2 worker process(es) started" not in log
+        assert "after a failed fork" not in log
         assert log.count("cannot start worker 0: fork") == 6, log[-3000:]
         assert log.count("cannot start worker 1: fork") == 5, log[-3000:]
         assert "worker 0 cannot be started; giving up" in log
@@ -115,6 +122,29 @@ def test_a_failed_fork_is_retried(stack, shim, tmp_path):
         sup.wait_log("consuming retort.jobs", 2)
         log = sup.log()
         assert log.count("cannot start worker 0: fork") == 1 and log.count("cannot start worker 1: fork") == 1
+        assert "supervisor: 0 of 2 worker process(es) started; 2 could not be forked" in log, log[-3000:]
+        assert "supervisor: 2 worker process(es) started" not in log
+        assert len(re.findall(r"supervisor: worker [01] started \(pid \d+\) after a failed fork", log)) == 2, log
+        sup.p.send_signal(signal.SIGTERM)
+        assert sup.p.wait(60) == 0, sup.log()[-3000:]
+    finally:
+        sup.kill_all()
+
+
+def test_the_start_is_logged_as_it_went(stack, shim, tmp_path):
+    """One fork of two fails: the log said "2 worker process(es) started"
+    with one running.  It now counts the workers running and says why the
+    others are not."""
+    sup = Supervisor(stack, shim, PRELOAD_FAIL_FORKS="1")
+    try:
+        sup.wait_log("consuming retort.jobs", 2)
+        log = sup.log()
+        assert ("supervisor: 1 of 2 worker process(es) started; 1 could not be forked "
+                "(Resource temporarily unavailable), retrying") in log, log[-3000:]
+        assert "supervisor: 2 worker process(es) started" not in log
+        assert "cannot start worker 0: fork: Resource temporarily unavailable" in log
+        assert "supervisor: worker 0 started" in log and "worker 1 started" not in log
+        assert len(sup.children()) == 2
         sup.p.send_signal(signal.SIGTERM)
         assert sup.p.wait(60) == 0, sup.log()[-3000:]
     finally:
