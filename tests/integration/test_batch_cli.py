@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from stack import BUILD
+from stack import BUILD, Stack
 
 # RETORT_BIN: another build of retort (a control run against an older commit)
 RETORT = os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort"))
@@ -759,6 +759,39 @@ def test_submit_refuses_a_line_over_the_message_size(stack):
     batch, n = submit(stack, path, "--batch", "big2", "--set", "kafka.message.max.bytes=4000")
     assert n == 5 and len(stack.consume("retort.jobs")) == 5
 
+
+@pytest.fixture
+def control_stack():
+    """A stack whose broker takes commands (mock-kafka --control)."""
+    s = Stack(kafka_control=True)
+    yield s
+    s.close()
+
+
+def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
+    """A produce that fails mid-batch, for real: one message per produce
+    request (queue.buffering.max.messages=1), the broker takes the first
+    two and answers the third OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to the
+    idempotent producer, which then refuses every job after it.  The
+    output names each job not queued and the one not delivered, and only
+    those; the two before them are in the topic."""
+    stack = control_stack
+    path = os.path.join(stack.dir, "fail.jsonl")
+    ids = ["fail-%d" % i for i in range(6)]
+    with open(path, "w") as f:
+        for jid in ids:
+            f.write(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": "x"}) + "\n")
+    stack.kafka_control("errors Produce NO_ERROR NO_ERROR OUT_OF_ORDER_SEQUENCE_NUMBER")
+    p = retort(stack, "submit", path, "--batch", "fail", "--set", "kafka.queue.buffering.max.messages=1")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stdout == ""
+    assert "3 job(s) not queued" in p.stderr, p.stderr
+    assert re.findall(r"job (\S+) not queued", p.stderr) == ids[3:], p.stderr
+    assert re.findall(r"job (\S+) not delivered\n", p.stderr) == ids[2:3], p.stderr
+    assert "4 of 6 job(s) of batch fail not delivered to retort.jobs" in p.stderr
+    assert not any(j in p.stderr for j in ids[:2])
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2]
+    assert batch_ids(stack, "fail") == ids
 
 def test_batch_keys_live_as_long_as_the_batch_runs(stack):
     """The job list and the inputs get their TTL anew with the counters (a
