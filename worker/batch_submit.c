@@ -141,9 +141,11 @@ static int job_fits(const char *id, size_t len, size_t max, char *msg, size_t ms
 }
 
 /* Produces every job (key = job id) and waits for all delivery reports.
- * Returns the number not delivered, naming a few on stderr. */
+ * Returns the number not delivered, naming a few on stderr; *queued gets
+ * how many the producer took, in order: the jobs after those never left
+ * this process (a failed delivery may still have reached the topic). */
 static size_t produce_all(const char *cmd, batch_producer *p, const char *topic, const sub_jobs *js,
-                          char *err, size_t errlen) {
+                          size_t *queued, char *err, size_t errlen) {
     size_t sent = 0;
     for (; sent < js->count; sent++) {
         const sub_job *j = &js->items[sent];
@@ -163,6 +165,7 @@ static size_t produce_all(const char *cmd, batch_producer *p, const char *topic,
     }
     for (size_t i = 0; i < nfailed && i < MAX_REPORTED_ERRORS; i++)
         fprintf(stderr, "retort %s: job %s not delivered\n", cmd, js->items[failed[i]].id);
+    *queued = sent;
     return bad;
 }
 
@@ -594,17 +597,35 @@ int batch_submit_main(int argc, char **argv) {
         goto done;
     }
     expire_batch(c, cfg, batch);
-    size_t bad = produce_all("submit", prod, topic, &sc.jobs, err, sizeof(err));
+    size_t queued = 0;
+    size_t bad = produce_all("submit", prod, topic, &sc.jobs, &queued, err, sizeof(err));
     if (bad == sc.jobs.count) {
         fprintf(stderr, "retort submit: no job delivered to %s: %s: nothing submitted\n", topic, err);
         goto done;
     }
     claimed = 0; /* the batch stays, even partly delivered */
     if (bad) {
+        /* The jobs never queued did not leave this process: their ids are
+         * let go, so that they can be submitted as a new batch (claimed,
+         * they were refused for the state's TTL).  A job whose delivery
+         * failed keeps its claim: it may be in the topic all the same. */
+        size_t freed = 0;
+        if (queued < sc.jobs.count) {
+            sub_jobs rest = {sc.jobs.items + queued, sc.jobs.count - queued, 0};
+            claim_ctx un = cl;
+            char uerr[512];
+            un.jobs = &rest;
+            if (batch_util_pipeline(c, rest.count, 1, unclaim_build, unclaim_reply, &un, uerr, sizeof(uerr)))
+                fprintf(stderr, "retort submit: the jobs not queued keep their job_id: %s\n", uerr);
+            else
+                freed = rest.count;
+        }
         fprintf(stderr,
                 "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n"
-                "retort submit: the batch cannot complete; submit the missing jobs as a new batch\n",
-                bad, sc.jobs.count, batch, topic, err);
+                "retort submit: the batch cannot complete; submit the missing jobs as a new batch%s\n",
+                bad, sc.jobs.count, batch, topic, err,
+                freed < bad ? " (a job not delivered may be in the topic yet: its job_id stays this batch's, "
+                              "give it another)" : "");
         goto done;
     }
     printf("batch %s: submitted %zu job(s) to %s\n", batch, sc.jobs.count, topic);
@@ -922,7 +943,8 @@ int batch_resubmit_main(int argc, char **argv) {
     /* The batch runs again: its keys live a TTL from now, as a worker's
      * finish gives them (not from the submit, which may be a TTL ago). */
     if (keep) expire_batch(c, cfg, batch);
-    size_t bad = keep ? produce_all("resubmit", prod, topic, &rc_.jobs, err, sizeof(err)) : 0;
+    size_t queued = 0;
+    size_t bad = keep ? produce_all("resubmit", prod, topic, &rc_.jobs, &queued, err, sizeof(err)) : 0;
     if (bad) {
         fprintf(stderr,
                 "retort resubmit: %zu of %zu job(s) reset but not delivered to %s: %s\n"

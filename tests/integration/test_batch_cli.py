@@ -774,7 +774,8 @@ def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     two and answers the third OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to the
     idempotent producer, which then refuses every job after it.  The
     output names each job not queued and the one not delivered, and only
-    those; the two before them are in the topic."""
+    those; the two before them are in the topic.  The jobs not queued can
+    be submitted again as a new batch."""
     stack = control_stack
     path = os.path.join(stack.dir, "fail.jsonl")
     ids = ["fail-%d" % i for i in range(6)]
@@ -792,6 +793,18 @@ def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     assert not any(j in p.stderr for j in ids[:2])
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2]
     assert batch_ids(stack, "fail") == ids
+    # as the output says, the jobs not queued go as a new batch: their ids
+    # are free again (they stayed the first batch's, refused for 7 days);
+    # the one not delivered keeps its claim, as it may be in the topic
+    r = stack.redis_client()
+    assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["fail"] * 3 + [None] * 3
+    rest = os.path.join(stack.dir, "rest.jsonl")
+    with open(path) as f, open(rest, "w") as g:
+        g.writelines(f.readlines()[3:])
+    batch, n = submit(stack, rest, "--batch", "fail-rest")
+    assert n == 3
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2] + ids[3:]
+    assert "a job not delivered may be in the topic yet" in p.stderr
 
 def test_batch_keys_live_as_long_as_the_batch_runs(stack):
     """The job list and the inputs get their TTL anew with the counters (a
