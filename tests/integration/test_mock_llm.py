@@ -12,6 +12,8 @@ import urllib.request
 import jsonschema
 import pytest
 
+from stack import CLK_TCK, proc_cpu_s
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # MOCK_LLM may point at another build of the tool (e.g. a sanitizer build).
 BINARY = os.environ.get("MOCK_LLM", os.path.join(REPO, "build", "mock-llm"))
@@ -108,12 +110,16 @@ def stop_mock(proc):
             proc.kill()
 
 
+MOCK_PIDS = {}   # base's URL: the mock's process id
+
+
 @pytest.fixture(scope="module")
 def base():
     if "MOCK_LLM" not in os.environ:
         subprocess.run(["make", "-C", REPO, "--no-print-directory", "build/mock-llm"], check=True,
                        stdout=subprocess.DEVNULL)
     proc, url = start_mock()
+    MOCK_PIDS[url] = proc.pid
     yield url
     stop_mock(proc)
 
@@ -429,11 +435,25 @@ def test_stats_count_by_job_and_attempt(base):
     assert st == 200
     assert s["calls"] == {"j1:1": 2, "j1:2": 1, "j2:1": 1}
     assert s["requests"] == 5 and s["by_status"] == {"200": 4, "500": 1}
-    assert s["cpu_user_s"] >= 0 and s["cpu_sys_s"] >= 0
     st, _, light, _ = call(base, "/stats?calls=0")  # what the bench's sampler polls
     assert st == 200 and "calls" not in light
     assert light["requests"] == 5 and light["by_status"] == {"200": 4, "500": 1}
     assert call(base, "/stats?calls=1")[2]["calls"] == s["calls"]
+    # the CPU the mock has used (the bench divides it by its requests): a
+    # busy burst raises it, and it is the process's own, as the kernel
+    # counts it (/proc, in clock ticks: the two fields cut down to a tick)
+    cpu = lambda st: st["cpu_user_s"] + st["cpu_sys_s"]
+    kernel_before = proc_cpu_s(MOCK_PIDS[base])
+    before = cpu(call(base, "/stats?calls=0")[2])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
+        burst = list(ex.map(lambda i: call(base, "/v1/chat/completions", openai("burst %d" % i, schema=COMPLEX)),
+                            range(200)))
+    assert all(r[0] == 200 for r in burst)
+    after = cpu(call(base, "/stats?calls=0")[2])
+    kernel_after = proc_cpu_s(MOCK_PIDS[base])
+    assert after > before, (before, after)
+    assert kernel_before <= before and after <= kernel_after + 2.0 / CLK_TCK, \
+        (kernel_before, before, after, kernel_after)
     call(base, "/stats/reset", b"", method="POST")
     s = call(base, "/stats")[2]
     assert s["requests"] == 0 and s["calls"] == {} and s["by_status"] == {}
