@@ -42,6 +42,14 @@ def check_exactly_once(stack, ids):
     return outs
 
 
+def ended(r, ids):
+    """How many of the jobs ids have ended (final or escalated) in Redis."""
+    p = r.pipeline(transaction=False)
+    for jid in ids:
+        p.hget("retort:job:{%s}" % jid, "status")
+    return sum(st in ("final", "escalated") for st in p.execute())
+
+
 def mixed_jobs(prefix, n, latency=60):
     jobs = []
     for i in range(n):
@@ -449,20 +457,38 @@ def test_a_repair_started_before_its_attempt_was_refused_is_dropped_too(stack):
 
 
 def test_redis_restart_mid_batch(stack):
-    w = stack.start_worker("--set", "llm.max_inflight=32")
+    """Redis goes away with jobs done, jobs in flight and jobs left (decided
+    by the batch's progress, not by the clock): the worker survives it,
+    reconnects once Redis is back, and every job ends exactly once."""
+    port = free_port()
+    w = stack.start_worker("--set", "llm.max_inflight=32", "--set", "metrics.port=%d" % port,
+                           "--set", "metrics.host=127.0.0.1")
     prefix = uid("redis")
     jobs = mixed_jobs(prefix, 300, latency=100)
     ids = [j["job_id"] for j in jobs]
     stack.produce_jobs(jobs)
-    time.sleep(5)
+    r = stack.redis_client()
+    deadline = time.time() + 60
+    while ended(r, ids) < 10:
+        assert time.time() < deadline, "the worker finished no job"
+        time.sleep(0.05)
+    at_stop = ended(r, ids)
     stack.stop_redis()
-    time.sleep(3)
+    assert 0 < at_stop < len(ids), at_stop
+    # the jobs in flight when Redis went away wait for it
+    samples, _ = scrape_metrics(port)
+    assert samples[("retort_inflight_jobs", ())] > 0, "no job in flight when Redis stopped"
+    deadline = time.time() + 20
+    while "redis unavailable" not in stack.worker_log(w.name):
+        assert time.time() < deadline, "the worker did not notice Redis going away"
+        time.sleep(0.1)
+    time.sleep(2)
     assert w.poll() is None, "the worker must survive Redis going away"
     stack.start_redis()
     stack._wait_redis()
     check_exactly_once(stack, ids)
     log = stack.worker_log(w.name)
-    assert "redis unavailable" in log and "connected" in log
+    assert len(re.findall(r'"msg":"redis [0-9.:]+ connected"', log)) == 2, log[-3000:]
     assert stack.stop_worker(w) == 0
 
 
