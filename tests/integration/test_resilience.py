@@ -596,23 +596,73 @@ def control_stack(request):
     s.close()
 
 
+def _metric(samples, name, outcomes=None):
+    """The sum of a metric's samples (of the given outcome labels)."""
+    return sum(v for (n, labels), v in samples.items()
+               if n == name and (outcomes is None or dict(labels).get("outcome") in outcomes))
+
+
 @pytest.mark.slow
 def test_broker_errors_lose_nothing(control_stack):
+    """Produce errors and a broker outage while the worker is mid-batch
+    (jobs done, jobs in flight, jobs left), injected after the test's own
+    produce so that only the worker's producer meets them: retriable
+    errors (librdkafka retries them), a permanent one (the delivery fails
+    and the worker produces again), then the broker down while the worker
+    goes on deciding jobs, and up again with work left.  Every job ends
+    exactly once."""
     stack = control_stack
-    w = stack.start_worker()
+    port = free_port()
+    # the producer's debug log names each error its requests met
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                           "--set", "kafka.producer.debug=msg", "--set", "log.level=debug")
     prefix = uid("broker")
-    jobs = mixed_jobs(prefix, 300, latency=30)
+    jobs = mixed_jobs(prefix, 300, latency=100)
     ids = [j["job_id"] for j in jobs]
-    stack.produce_jobs(jobs[:150])
-    time.sleep(5)
-    # produce requests fail for a while (retriable errors), then the broker goes away and comes back
-    stack.kafka_control("errors Produce NOT_LEADER_FOR_PARTITION NOT_LEADER_FOR_PARTITION "
-                        "REQUEST_TIMED_OUT NOT_ENOUGH_REPLICAS")
+    stack.produce_jobs(jobs)        # all of them: no produce of ours after the errors
+
+    r = stack.redis_client()
+
+    def progress():
+        """(jobs delivered, decided (in Redis), in flight, produce failures)"""
+        m, _ = scrape_metrics(port)
+        return (_metric(m, "retort_jobs_total", ("final", "escalated")), ended(r, ids),
+                m[("retort_inflight_jobs", ())], _metric(m, "retort_produce_failures_total"))
+
+    deadline = time.time() + 60
+    while True:
+        delivered, decided, inflight, _ = progress()
+        if delivered > 0 and inflight > 0:
+            break
+        assert time.time() < deadline, "no progress: %d delivered, %d in flight" % (delivered, inflight)
+        time.sleep(0.05)
+    assert decided < len(ids), "the batch ended before the errors"
+    downs = stack.worker_log(w.name).count("brokers are down")
+    stack.kafka_control("errors Produce NOT_LEADER_FOR_PARTITION REQUEST_TIMED_OUT NOT_ENOUGH_REPLICAS "
+                        "TOPIC_AUTHORIZATION_FAILED")
     stack.kafka_control("broker_down 1")
-    time.sleep(2)
+    _, decided, _, _ = progress()
+    # down until the worker has seen it and decided more jobs without it
+    deadline = time.time() + 30
+    while True:
+        _, during, inflight, _ = progress()
+        seen = stack.worker_log(w.name).count("brokers are down") > downs
+        if during > decided and seen:
+            break
+        assert time.time() < deadline, "broker down: seen %s, %d decided before, %d now" % (seen, decided, during)
+        time.sleep(0.05)
     stack.kafka_control("broker_up 1")
-    stack.produce_jobs(jobs[150:])
+    # jobs left (their outcomes are produced after the broker is back): the
+    # retries go through Kafka, so none of those could end while it was down
+    assert during < len(ids) and inflight > 0, (during, inflight)
     check_exactly_once(stack, ids)
+    log = stack.worker_log(w.name)
+    met = set(re.findall(r"encountered error: Broker: ([^(]+?) \(", log))
+    assert met == {"Not leader for partition", "Request timed out", "Not enough in-sync replicas",
+                   "Topic authorization failed"}, met
+    assert re.search(r"delivery to retort\.[a-z]+ failed: Broker: Topic authorization failed; producing again",
+                     log), log[-3000:]
+    assert progress()[3] > 0
     assert stack.stop_worker(w) == 0
 
 
