@@ -29,6 +29,14 @@ BUILD = os.path.join(REPO, "build")
 TOPICS = ["retort.jobs", "retort.final", "retort.escalations", "retort.dlq"]
 
 
+def build_preload(name, out_dir):
+    """Builds the LD_PRELOAD shim tests/NAME.c into out_dir; its path."""
+    so = os.path.join(out_dir, name + ".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", so, os.path.join(REPO, "tests", name + ".c"), "-ldl"],
+                   check=True)
+    return so
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from stack import BUILD, Stack, free_port, job, proc_cpu_s, scrape_metrics
+from stack import BUILD, Stack, build_preload, free_port, job, proc_cpu_s, scrape_metrics
 
 
 def uid(prefix):
@@ -152,12 +152,23 @@ def test_static_membership_gives_each_process_its_own_instance_id(stack):
     """kafka.group.instance.id with --processes 2: the processes share the
     config, and two members of one instance id fence each other (the
     fenced one's fatal error ends it, the supervisor starts it again, and
-    it fences the other).  Each process joins as ID-SLOT."""
-    sup = stack.start_worker("--processes", "2", "--set", "kafka.group.instance.id=static-w", name="static")
+    it fences the other).  Each process joins as ID-SLOT.  The mock
+    cluster (librdkafka 2.0.2) does not fence, so the test reads the id
+    each process's consumer is created with (tests/preload_kafka.c)."""
+    seen = os.path.join(stack.dir, "consumers.txt")
+    sup = stack.start_worker("--processes", "2", "--set", "kafka.group.instance.id=static-w", name="static",
+                             env={"LD_PRELOAD": build_preload("preload_kafka", stack.dir),
+                                  "PRELOAD_KAFKA_LOG": seen})
     prefix = uid("static")
     ids = ["%s-%03d" % (prefix, i) for i in range(60)]
     stack.produce_jobs([job(j) for j in ids])
     check_exactly_once(stack, ids)
+    with open(seen) as f:
+        consumers = [line.split() for line in f]
+    # one consumer per process, each with its own id
+    assert sorted(c[2] for c in consumers) == ["group.instance.id=static-w-0", "group.instance.id=static-w-1"], \
+        consumers
+    assert len({c[1] for c in consumers}) == 2, consumers
     log = stack.worker_log("static")
     assert "static group membership as static-w-0" in log and "static group membership as static-w-1" in log
     assert "fatal" not in log and "restarting" not in log

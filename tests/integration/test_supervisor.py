@@ -9,17 +9,14 @@ import time
 
 import pytest
 
-from stack import BUILD, REPO
+from stack import BUILD, build_preload
 
 RETORT = os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort"))
 
 
 @pytest.fixture
 def shim(stack):
-    so = os.path.join(stack.dir, "preload_supervisor.so")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", so, os.path.join(REPO, "tests", "preload_supervisor.c"),
-                    "-ldl"], check=True)
-    return so
+    return build_preload("preload_supervisor", stack.dir)
 
 
 class Supervisor:
