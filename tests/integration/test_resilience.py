@@ -943,7 +943,38 @@ def test_llm_server_closing_idle_connections(stack):
     assert w.poll() is None
 
 
-def test_llm_hosts_given_by_name(stack):
+def test_llm_host_given_by_a_name_that_resolves(stack):
+    """An LLM base URL with a host name goes through curl's threaded
+    resolver (the name is this host's; "localhost" would not: curl answers
+    it without a lookup).  The mock LLM listens where the name resolves
+    to (127.0.0.1, or e.g. Debian's 127.0.1.1): every call works."""
+    host = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError as e:
+        pytest.skip("this host's name %r does not resolve (%s)" % (host, e))
+    url = stack.llm_url
+    if addr != "127.0.0.1":
+        llm = subprocess.Popen([os.path.join(BUILD, "mock-llm"), "--port", "0", "--host", addr],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        stack.procs.append(llm)
+        line = llm.stdout.readline().decode().split()
+        if not line:
+            pytest.skip("this host's name %r resolves to %s, where no server can listen" % (host, addr))
+        url = line[1]
+    url = url.replace(addr, host)
+    assert host in url, url
+    w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.max_inflight=24", name="byname")
+    prefix = uid("byname")
+    ids = ["%s-ok-%d" % (prefix, i) for i in range(48)]
+    stack.produce_jobs([job(j, directive="latency_ms=200") for j in ids])
+    outs = check_exactly_once(stack, ids)
+    assert all(m["headers"]["ce_type"].endswith("final") for m in outs if m["value"]["job_id"] in ids)
+    assert "Could not resolve host" not in stack.worker_log("byname")
+    assert stack.stop_worker(w) == 0
+
+
+def test_llm_host_given_by_a_name_that_cannot_resolve(stack):
     """An LLM base URL with a host name goes through curl's threaded
     resolver, whose socketpair is watched while a lookup runs and closed by
     curl without the close callback.  Its poll handle was kept (as a
@@ -952,24 +983,10 @@ def test_llm_hosts_given_by_name(stack):
     on that number had its events taken, and its scrape hung (the control:
     a scrape timed out); a new Redis connection on it could not have been
     watched (EEXIST, then a crash: test_state.c), nor the next lookup's
-    socketpair armed.  A name that resolves: calls work.  One that cannot
-    (a label over 63 bytes fails inside getaddrinfo, with no DNS query):
-    every try fails at once, and /metrics and a Redis restart are fine
-    after."""
-    host = socket.gethostname()
-    try:
-        addr = socket.gethostbyname(host)
-    except OSError:
-        addr = None
+    socketpair armed.  A name that cannot resolve (a label over 63 bytes
+    fails inside getaddrinfo, with no DNS query): every try fails at once,
+    and /metrics and a Redis restart are fine after."""
     prefix = uid("byname")
-    if addr == "127.0.0.1":
-        url = stack.llm_url.replace("127.0.0.1", host)
-        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.max_inflight=24", name="byname")
-        ids = ["%s-ok-%d" % (prefix, i) for i in range(48)]
-        stack.produce_jobs([job(j, directive="latency_ms=200") for j in ids])
-        outs = check_exactly_once(stack, ids)
-        assert all(m["headers"]["ce_type"].endswith("final") for m in outs if m["value"]["job_id"] in ids)
-        assert stack.stop_worker(w) == 0
     bad = stack.llm_url.replace("127.0.0.1", "a" * 70 + ".invalid")
     port = free_port()
     w = stack.start_worker("--set", "llm.base_url=%s/v1" % bad, "--set", "llm.max_transient_retries=3",
