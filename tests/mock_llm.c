@@ -17,6 +17,14 @@
  * GET /stats?calls=0 leaves out `calls` (one member per job and attempt:
  * tens of thousands in a bench run, which a sampler polling twice a second
  * made the mock print, taking a tenth of its CPU, for nothing).
+ * GET /stats?times=1 adds `times`: for each member of `calls`, its first
+ * CALL_TIMES calls as [arrival, in flight]: the wall-clock milliseconds
+ * (Unix epoch) when the whole request had arrived, and how many LLM
+ * requests were in flight then, this one included (so tests see when a
+ * call was made, not when the worker said it would make it).
+ * `in_flight` is the number of LLM requests arrived and not yet answered
+ * (or dropped); `peak_in_flight` the most at once since the start or the
+ * last reset.
  *
  * Directives (keys of the [[mock ...]] token of the FIRST user message):
  *   defect=missing_field|wrong_type|invalid_value|extra_field|not_json|
@@ -200,10 +208,14 @@ static void sb_addc(mbuf *b, char c)
 /* ------------------------------------------------------------------------ */
 /* statistics                                                               */
 
+#define CALL_TIMES 4 /* the calls of a job and attempt whose times are kept */
+
 typedef struct call_ent {
     struct call_ent *next;
     long count;
     int visible; /* keyed by the worker's headers: shown in /stats */
+    int64_t at_ms[CALL_TIMES]; /* arrival, wall clock */
+    int in_flight[CALL_TIMES]; /* LLM requests in flight then, itself included */
     char key[];
 } call_ent;
 
@@ -213,7 +225,37 @@ static struct {
     long by_status[600];
     call_ent **buckets;
     size_t nbuckets, nents;
+    long in_flight, peak_in_flight;
 } g_stats = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* An LLM request has arrived whole (returns the number in flight, itself
+ * included) or has ended (answered or dropped). */
+static int stats_request_begins(void)
+{
+    int n;
+
+    pthread_mutex_lock(&g_stats.mu);
+    n = (int)++g_stats.in_flight;
+    if (g_stats.in_flight > g_stats.peak_in_flight)
+        g_stats.peak_in_flight = g_stats.in_flight;
+    pthread_mutex_unlock(&g_stats.mu);
+    return n;
+}
+
+static void stats_request_ends(void)
+{
+    pthread_mutex_lock(&g_stats.mu);
+    g_stats.in_flight--;
+    pthread_mutex_unlock(&g_stats.mu);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void stats_free_calls_locked(void)
 {
@@ -258,12 +300,14 @@ static void stats_grow_locked(void)
     g_stats.nbuckets = nb;
 }
 
-/* Counts one call for key and returns the new count (1 for the first). */
-static long stats_count_call(const char *key, int visible)
+/* Counts one call for key, with its arrival time and the requests in
+ * flight then, and returns the new count (1 for the first). */
+static long stats_count_call(const char *key, int visible, int in_flight)
 {
     call_ent *e;
     size_t k, len = strlen(key);
     long n = 1;
+    int64_t at = wall_ms();
 
     pthread_mutex_lock(&g_stats.mu);
     if (g_stats.nents >= g_stats.nbuckets)
@@ -274,6 +318,10 @@ static long stats_count_call(const char *key, int visible)
     for (e = g_stats.buckets[k]; e; e = e->next) {
         if (strcmp(e->key, key) == 0) {
             n = ++e->count;
+            if (n <= CALL_TIMES) {
+                e->at_ms[n - 1] = at;
+                e->in_flight[n - 1] = in_flight;
+            }
             goto out;
         }
     }
@@ -282,6 +330,8 @@ static long stats_count_call(const char *key, int visible)
         goto out;
     memcpy(e->key, key, len + 1);
     e->count = 1;
+    e->at_ms[0] = at;
+    e->in_flight[0] = in_flight;
     e->visible = visible;
     e->next = g_stats.buckets[k];
     g_stats.buckets[k] = e;
@@ -305,13 +355,14 @@ static void stats_reset(void)
     pthread_mutex_lock(&g_stats.mu);
     g_stats.requests = 0;
     memset(g_stats.by_status, 0, sizeof(g_stats.by_status));
+    g_stats.peak_in_flight = g_stats.in_flight;
     stats_free_calls_locked();
     pthread_mutex_unlock(&g_stats.mu);
 }
 
-static char *stats_json(int with_calls)
+static char *stats_json(int with_calls, int with_times)
 {
-    cJSON *o = cJSON_CreateObject(), *bs, *calls;
+    cJSON *o = cJSON_CreateObject(), *bs, *calls, *times;
     struct rusage ru;
     char key[16];
     size_t i;
@@ -326,13 +377,31 @@ static char *stats_json(int with_calls)
             cJSON_AddNumberToObject(bs, key, (double)g_stats.by_status[i]);
         }
     }
+    cJSON_AddNumberToObject(o, "in_flight", (double)g_stats.in_flight);
+    cJSON_AddNumberToObject(o, "peak_in_flight", (double)g_stats.peak_in_flight);
     calls = with_calls ? cJSON_AddObjectToObject(o, "calls") : NULL;
-    for (i = 0; calls && i < g_stats.nbuckets; i++) {
+    times = with_times ? cJSON_AddObjectToObject(o, "times") : NULL;
+    for (i = 0; (calls || times) && i < g_stats.nbuckets; i++) {
         const call_ent *e;
 
-        for (e = g_stats.buckets[i]; e; e = e->next)
-            if (e->visible)
+        for (e = g_stats.buckets[i]; e; e = e->next) {
+            if (!e->visible)
+                continue;
+            if (calls)
                 cJSON_AddNumberToObject(calls, e->key, (double)e->count);
+            if (times) {
+                cJSON *list = cJSON_AddArrayToObject(times, e->key);
+                long t;
+
+                for (t = 0; t < e->count && t < CALL_TIMES; t++) {
+                    cJSON *pair = cJSON_CreateArray();
+
+                    cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)e->at_ms[t]));
+                    cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)e->in_flight[t]));
+                    cJSON_AddItemToArray(list, pair);
+                }
+            }
+        }
     }
     pthread_mutex_unlock(&g_stats.mu);
     getrusage(RUSAGE_SELF, &ru);
@@ -2300,6 +2369,7 @@ typedef struct llm_in {
     const char *body;
     size_t len;
     const char *job_id, *attempt_hdr, *authorization, *x_api_key, *anthropic_beta;
+    int in_flight; /* LLM requests in flight, this one included */
 } llm_in;
 
 /* Produces the complete answer of one LLM request (status, body, delay). */
@@ -2367,10 +2437,10 @@ static void llm_answer(const llm_in *in, answer *a)
     if (in->job_id && in->attempt_hdr) {
         snprintf(key, sizeof(key), "%.200s:%.40s", in->job_id, in->attempt_hdr);
         snprintf(a->job, sizeof(a->job), "%.100s:%.20s", in->job_id, in->attempt_hdr);
-        n = stats_count_call(key, 1);
+        n = stats_count_call(key, 1, in->in_flight);
     } else {
         snprintf(key, sizeof(key), "#%016" PRIx64 ":%d", hash_str(c.first_user.p), c.attempt);
-        n = stats_count_call(key, 0);
+        n = stats_count_call(key, 0, in->in_flight);
     }
     if (d.hang) {
         a->hang = 1;
@@ -2512,6 +2582,7 @@ typedef struct req {
     char *body;
     size_t len, cap;
     int too_large;
+    int in_flight; /* counted in g_stats.in_flight until it ends */
     uint64_t t0;
     answer ans;
 } req;
@@ -2722,7 +2793,8 @@ static enum MHD_Result handle_complete(req *r, const char *method, const char *u
         return send_text(conn, 200, strdup("ok"), "text/plain", NULL);
     case EP_STATS: {
         const char *with = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "calls");
-        char *s = stats_json(!with || strcmp(with, "0") != 0);
+        const char *tm = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "times");
+        char *s = stats_json(!with || strcmp(with, "0") != 0, tm && strcmp(tm, "0") != 0);
 
         return send_text(conn, s ? 200 : 500, s ? s : strdup("{}"), "application/json", NULL);
     }
@@ -2740,6 +2812,8 @@ static enum MHD_Result handle_complete(req *r, const char *method, const char *u
     }
     memset(&in, 0, sizeof(in));
     in.api = r->ep == EP_ANTHROPIC ? API_ANTHROPIC : API_OPENAI;
+    in.in_flight = stats_request_begins();
+    r->in_flight = 1;
     in.body = r->body;
     in.len = r->len;
     in.job_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Retort-Job-Id");
@@ -2848,6 +2922,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!r)
         return;
+    if (r->in_flight)
+        stats_request_ends();
     free(r->body);
     free(r->ans.body);
     free(r);

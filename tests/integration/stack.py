@@ -265,6 +265,15 @@ class Stack:
         with urllib.request.urlopen(self.llm_url + "/stats", timeout=5) as r:
             return json.loads(r.read())
 
+    def llm_times(self):
+        """When each call reached the mock LLM, by job and attempt (the
+        first 4 calls of each): {"job:attempt": [(arrival, in_flight)]},
+        arrival in wall-clock seconds, in_flight the LLM requests the mock
+        was answering then, this one included."""
+        with urllib.request.urlopen(self.llm_url + "/stats?calls=0&times=1", timeout=5) as r:
+            times = json.loads(r.read())["times"]
+        return {k: [(at / 1000.0, n) for at, n in v] for k, v in times.items()}
+
     # -- Redis (plain RESP, so tests need no client for simple reads) ------
     def redis_client(self):
         import redis
