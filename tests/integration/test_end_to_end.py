@@ -14,6 +14,12 @@ import pytest
 from stack import chat_completion, free_port, job, scrape_metrics, send_json
 
 
+# A wait's lower bound allows this much: stamps in whole milliseconds, and
+# a backoff timer armed from the event loop's time, cached at the start of
+# the loop's turn.
+CLOCK_SLACK_S = 0.02
+
+
 def uid(prefix):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
 
@@ -295,6 +301,10 @@ def test_the_servers_retry_headers_are_read(stack, directive, calls, topic, wait
     assert stack.llm_stats()["calls"]["%s:1" % jid] == calls
     if wait_ms:
         assert "again in %d ms" % wait_ms in stack.worker_log(w.name)
+        # and waited so: the second call reached the LLM at least that
+        # long after the first (which was answered at once)
+        (first, _), (second, _) = stack.llm_times()["%s:1" % jid]
+        assert second - first >= wait_ms / 1000.0 - CLOCK_SLACK_S, (second - first, wait_ms)
 
 
 class HugeRetryAfterLLM(http.server.BaseHTTPRequestHandler):
@@ -302,10 +312,12 @@ class HugeRetryAfterLLM(http.server.BaseHTTPRequestHandler):
     then an answer."""
     header = ("Retry-After", "1e300")
     seen = set()
+    arrivals = {}      # job id: when each of its calls arrived
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         jid = self.headers.get("X-Retort-Job-Id")
+        HugeRetryAfterLLM.arrivals.setdefault(jid, []).append(time.time())
         if jid not in HugeRetryAfterLLM.seen:
             HugeRetryAfterLLM.seen.add(jid)
             send_json(self, 429, {"error": {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}},
@@ -333,6 +345,8 @@ def test_a_retry_after_beyond_any_integer_waits_the_longest_backoff(stack, heade
         stack.wait_outcomes([jid], timeout=30)
         assert by_job(stack.consume("retort.final"), jid)
         assert "again in 700 ms" in stack.worker_log(w.name)
+        first, second = HugeRetryAfterLLM.arrivals[jid]
+        assert second - first >= 0.7 - CLOCK_SLACK_S, second - first
         assert stack.stop_worker(w) == 0
     finally:
         srv.shutdown()
