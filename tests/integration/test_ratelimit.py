@@ -31,16 +31,46 @@ def test_rpm_is_shared_by_all_processes(stack):
 
 
 def test_429_lowers_concurrency_and_retry_after_pauses(stack):
-    w = stack.start_worker("--set", "llm.max_inflight=16")
+    """8 jobs answered 429 with Retry-After: 4 s: the worker halves its
+    concurrency limit (16 -> 8, once for a burst; again for 429s a second
+    later, when the pause held some of the 8 back) and pauses the
+    endpoint.  24 clean jobs that come meanwhile are not called before
+    the pause ends, though nothing is in flight; then no more calls than
+    the lowered limit (and its slow additive increase) run at once, where
+    16 would have."""
+    # (worker.max_jobs: room to hold all 32 jobs at once)
+    w = stack.start_worker("--set", "llm.max_inflight=16", "--set", "worker.max_jobs=40",
+                           "--set", "llm.backoff_max_ms=5000")
     ids = ["aimd-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(8)]
-    stack.produce_jobs([job(j, directive="http=429 times=1 retry_after=1") for j in ids])
-    stack.wait_outcomes(ids, timeout=60)
-    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] in ids]
-    assert len(finals) == 8 and all(m["value"]["attempts"] == 1 for m in finals)
+    stack.produce_jobs([job(j, directive="http=429 times=1 retry_after=4") for j in ids])
+    deadline = time.time() + 30
+    while stack.llm_stats()["by_status"].get("429", 0) < 8:
+        assert time.time() < deadline, stack.llm_stats()
+        time.sleep(0.05)
+    clean = ["aimd-clean-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(24)]
+    stack.produce_jobs([job(j, directive="latency_ms=1000") for j in clean])
+    stack.wait_outcomes(ids + clean, timeout=60)
+    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] in ids + clean]
+    assert len(finals) == 32 and all(m["value"]["attempts"] == 1 for m in finals)
     log = stack.worker_log(w.name)
     assert "concurrency limit 16 -> 8" in log
     calls = stack.llm_stats()["calls"]
     assert all(calls["%s:1" % j] == 2 for j in ids)
+    assert all(calls["%s:1" % j] == 1 for j in clean)
+    times = stack.llm_times()
+    last_429 = max(times["%s:1" % j][0][0] for j in ids)
+    pause_end = last_429 + 4.0   # at the earliest: the pause starts when the 429 is read
+    # the clean jobs were taken while the pause was on (else it proves nothing) ...
+    received = [_wall(r["received_at"]) for r in _history(stack, clean)]
+    assert max(received) < pause_end - 0.5, (max(received) - last_429)
+    # ... and none was called before it ended
+    first_clean = min(times["%s:1" % j][0][0] for j in clean)
+    assert first_clean >= pause_end - 0.005, first_clean - last_429
+    # then 32 calls waited, and at most 8 (and the one or two that
+    # successes add) were made at once: the mock never had more in flight
+    # (before the 429s, only their 8 calls were to make)
+    assert stack.llm_stats()["peak_in_flight"] <= 11, sorted(n for v in times.values() for _, n in v)
+    assert stack.stop_worker(w) == 0
 
 
 def _history(stack, ids):
