@@ -206,6 +206,17 @@ class Stack:
         with open(os.path.join(self.dir, name + ".log"), "rb") as f:
             return f.read().decode(errors="replace")
 
+    def worker_summary(self, name):
+        """The counts of a stopped worker's "stopping:" line: {"final": n,
+        "retries", "escalated", "dead letters", "skipped", "unfinished"}."""
+        (line,) = [l for l in self.worker_log(name).splitlines() if '"stopping: ' in l]
+        text = json.loads(line)["msg"][len("stopping: "):].replace(";", ",")
+        out = {}
+        for part in text.split(","):
+            n, what = part.strip().split(" ", 1)
+            out[what.replace("jobs unfinished", "unfinished")] = int(n)
+        return out
+
     # -- Kafka via kcat (librdkafka: the same protocol level as the mock) --
     def produce(self, topic, messages):
         """messages: list of (key, value-bytes-or-obj[, headers dict])."""
