@@ -1,16 +1,24 @@
 """The Anthropic Messages API path through the mock LLM."""
 import uuid
 
+import pytest
+
 from stack import job
+
+# The mock answers 401 to a call without this key in x-api-key; the
+# workers read it from the variable llm.api_key_env names.
+KEY = "sk-ant-test-secret"
+ANTHROPIC = ("--set", "llm.provider=anthropic", "--set", "llm.api_key_env=ANTHROPIC_KEY",
+             "--set", "llm.model=claude-test")
 
 
 def uid(prefix):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
 
 
+@pytest.mark.llm_args("--api-key", KEY)
 def test_anthropic_provider(stack):
-    stack.start_worker("--set", "llm.provider=anthropic", "--set", "llm.api_key_env=ANTHROPIC_KEY",
-                       "--set", "llm.model=claude-test")
+    w = stack.start_worker(*ANTHROPIC, env={"ANTHROPIC_KEY": KEY})
     ok, fixed, refused, overloaded = uid("a-ok"), uid("a-fix"), uid("a-ref"), uid("a-529")
     stack.produce_jobs([
         job(ok, schema="ticket.v1"),
@@ -27,15 +35,19 @@ def test_anthropic_provider(stack):
     assert escs[refused]["category"] == "refusal" and escs[refused]["attempts"] == 1
     assert finals[overloaded]["attempts"] == 1
     assert stack.llm_stats()["calls"]["%s:1" % overloaded] == 2
+    # every call carried the key (none was refused), and it was not logged
+    assert "401" not in stack.llm_stats()["by_status"]
+    assert stack.stop_worker(w) == 0
+    assert KEY not in stack.worker_log(w.name)
 
 
+@pytest.mark.llm_args("--api-key", KEY)
 def test_anthropic_structured_outputs(stack):
     """llm.response_format=on with Anthropic: the schema goes as
     output_config.format (generally available, no beta header).  Sent as
     the beta's output_format without its header, Anthropic (and the mock)
     answers 400, and every job escalated as a bad request."""
-    stack.start_worker("--set", "llm.provider=anthropic", "--set", "llm.api_key_env=ANTHROPIC_KEY",
-                       "--set", "llm.model=claude-test", "--set", "llm.response_format=on")
+    stack.start_worker(*ANTHROPIC, "--set", "llm.response_format=on", env={"ANTHROPIC_KEY": KEY})
     ids = [uid("a-so"), uid("a-so")]
     stack.produce_jobs([job(ids[0], schema="ticket.v1"), job(ids[1], schema="invoice.v1")])
     stack.wait_outcomes(ids)

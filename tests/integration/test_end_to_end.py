@@ -66,6 +66,9 @@ def check_headers(envelopes, msg, ce_type, job_id):
     assert h["ce_subject"] == job_id
 
 
+# The mock answers 401 to a call without this key (Authorization: Bearer),
+# the key start_worker gives every worker (OPENAI_API_KEY).
+@pytest.mark.llm_args("--api-key", "sk-test-secret")
 def test_valid_first_time(stack, envelopes):
     w = stack.start_worker()
     jid = uid("ok")
@@ -94,7 +97,9 @@ def test_valid_first_time(stack, envelopes):
     # in time order
     assert hist[0]["received_at"] <= hist[0]["started_at"] <= hist[0]["finished_at"], hist[0]
     assert r.ttl("retort:job:{%s}" % jid) > 0
-    # the API key was sent but never logged
+    # the API key was sent (the mock refuses a call without it: the job
+    # would have escalated, category auth) but never logged
+    assert stack.llm_stats()["by_status"] == {"200": 1}
     assert stack.stop_worker(w) == 0
     log = stack.worker_log(w.name)
     assert "sk-test-secret" not in log
