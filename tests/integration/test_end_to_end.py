@@ -484,22 +484,42 @@ def test_events_too_large_for_a_kafka_message_leave_their_largest_parts_out(stac
 
 
 def test_duplicate_message_is_not_processed_twice(stack):
-    w = stack.start_worker()
+    """A job's message twice while the first is in flight, again once it is
+    final, and a stale retry job (attempt 2 of a job final at attempt 1):
+    each copy is read and skipped (counted, and logged for the ones Redis
+    decides), and the job ends once, after one call."""
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+
+    def skipped(n):
+        deadline = time.time() + 30
+        while True:
+            samples, _ = scrape_metrics(port)
+            got = samples.get(("retort_jobs_total", (("outcome", "skipped"),)), 0)
+            if got >= n or time.time() > deadline:
+                return got
+            time.sleep(0.1)
+
+    def skip_lines():
+        return [(x["attempt"], x["msg"]) for x in map(json.loads, stack.worker_log(w.name).splitlines())
+                if x.get("job_id") == jid and "skipping" in x["msg"]]
+
     jid = uid("dup")
     j = job(jid, directive="latency_ms=300")
     stack.produce_jobs([j, j])           # twice while the first is in flight
     stack.wait_outcomes([jid])
-    time.sleep(1.5)
+    assert skipped(1) == 1
     stack.produce_jobs([j])              # and again once it is final
-    time.sleep(3)
-    assert len(by_job(stack.outcomes(), jid)) == 1
-    assert stack.llm_stats()["calls"]["%s:1" % jid] == 1
+    assert skipped(2) == 2
     # a stale retry job (attempt 2 for a job that is final) is ignored too
     stack.produce_jobs([dict(j, attempt=2)])
-    time.sleep(2)
+    assert skipped(3) == 3
+    assert skip_lines() == [(1, "job already final; skipping")] * 2 + [(2, "job already final; skipping")]
     assert len(by_job(stack.outcomes(), jid)) == 1
-    assert "%s:2" % jid not in stack.llm_stats()["calls"]
+    calls = stack.llm_stats()["calls"]
+    assert calls["%s:1" % jid] == 1 and "%s:2" % jid not in calls
     assert stack.stop_worker(w) == 0
+    assert stack.worker_summary(w.name)["skipped"] == 3
 
 
 def test_outcome_partitioning(stack):
