@@ -47,7 +47,7 @@ ASAN_UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(ASAN_BUILD)/%)
 
 PY := /usr/bin/python3
 
-.PHONY: all deps test unit unit-asan conformance integration integration-asan compose-check demo bench bench-schema fuzz clean
+.PHONY: all deps test unit unit-asan shared-data conformance integration integration-asan compose-check demo bench bench-schema fuzz clean
 
 all: $(BUILD)/retort $(BUILD)/retort-worker $(BUILD)/mock-llm $(BUILD)/mock-kafka
 
@@ -227,10 +227,18 @@ fuzz: $(BUILD)/fuzz-schema $(BUILD)/jsts-runner $(BUILD)/fuzz-llm-api $(BUILD)/f
 	@[ -n "$$(ls $(BUILD)/fuzz-jsonin-corpus)" ] || cp $(SHARED)/llm-api/*.json $(BUILD)/fuzz-jsonin-corpus/
 	./$(BUILD)/fuzz-jsonin -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=5 -dict=tests/fuzz_llm_api.dict $(BUILD)/fuzz-jsonin-corpus
 
-unit: $(UNIT_BIN)
+# The unit tests read the LLM APIs' wire shapes from $(SHARED)/llm-api
+# (RETORT_SHARED); without them a run would check nothing and pass.
+shared-data:
+	@if [ -z "$(SHARED)" ] || [ ! -d "$(SHARED)/llm-api" ]; then \
+	  echo "error: no shared test data (SHARED='$(SHARED)'): it is ../shared beside the checkout," \
+	       "or beside the repository it was cloned from; else run make SHARED=/path/to/shared" >&2; \
+	  exit 1; fi
+
+unit: shared-data $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; RETORT_SHARED=$(SHARED) ./$$t; done
 
-unit-asan: $(ASAN_UNIT_BIN)
+unit-asan: shared-data $(ASAN_UNIT_BIN)
 	@set -e; for t in $(ASAN_UNIT_BIN); do echo "== $$t (asan+ubsan)"; \
 	  RETORT_SHARED=$(SHARED) ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 ./$$t; done
 

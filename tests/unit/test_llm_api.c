@@ -8,24 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <errno.h>
 
 #include "job.h"
 #include "llm_api.h"
 #include "reflect.h"
 #include "util.h"
 
-/* A wire shape from the shared test data: RETORT_SHARED (set by make),
- * else ../shared beside the checkout. */
+/* A wire shape from the shared test data.  With RETORT_SHARED set (make
+ * sets it, and refuses to run without the data), from there only, and a
+ * missing file fails the test; unset (a test run by hand), from ../shared
+ * beside the checkout, and the test is skipped without it. */
 static char *slurp(const char *name) {
     char path[512];
     const char *shared = getenv("RETORT_SHARED");
-    snprintf(path, sizeof(path), "%s/llm-api/%s", shared && *shared ? shared : "../shared", name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(path, sizeof(path), "../../shared/llm-api/%s", name);
+    FILE *f;
+    if (shared) {
+        snprintf(path, sizeof(path), "%s/llm-api/%s", shared, name);
         f = fopen(path, "rb");
+        if (!f) fail_msg("%s: %s (RETORT_SHARED is set: the wire shapes must be there)", path, strerror(errno));
+    } else {
+        snprintf(path, sizeof(path), "../shared/llm-api/%s", name);
+        f = fopen(path, "rb");
+        if (!f) {
+            snprintf(path, sizeof(path), "../../shared/llm-api/%s", name);
+            f = fopen(path, "rb");
+        }
+        if (!f) skip();
     }
-    if (!f) return NULL;
     sbuf b = {0};
     char buf[4096];
     size_t n;
@@ -37,7 +47,6 @@ static char *slurp(const char *name) {
 static void test_openai_shapes(void **s) {
     (void)s;
     char *body = slurp("openai-response.json");
-    if (!body) skip();
     llm_api_result r;
     llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, strlen(body), &r);
     assert_int_equal(r.category, DECIDE_CAT_OK);
@@ -159,7 +168,6 @@ static void test_messages_not_utf8_are_mended(void **s) {
 static void test_anthropic_shapes(void **s) {
     (void)s;
     char *body = slurp("anthropic-response.json");
-    if (!body) skip();
     llm_api_result r;
     llm_api_parse(LLM_PROVIDER_ANTHROPIC, 200, body, strlen(body), &r);
     assert_int_equal(r.category, DECIDE_CAT_OK);
@@ -497,7 +505,6 @@ static void check_scan(const char *body, size_t len, int scanned) {
 static void test_openai_scan(void **s) {
     (void)s;
     char *body = slurp("openai-response.json");
-    if (!body) skip();
     check_scan(body, strlen(body), 1);
     llm_api_result r;
     assert_int_equal(llm_api_scan(LLM_PROVIDER_OPENAI, body, strlen(body), &r), 0);
@@ -620,7 +627,6 @@ static void test_openai_scan(void **s) {
 static void test_anthropic_scan(void **s) {
     (void)s;
     char *body = slurp("anthropic-response.json");
-    if (!body) skip();
     check_scan_of(LLM_PROVIDER_ANTHROPIC, body, strlen(body), 1);
     llm_api_result r;
     assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, body, strlen(body), &r), 0);
