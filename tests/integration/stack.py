@@ -66,6 +66,21 @@ def scrape_metrics(port):
     return samples, types
 
 
+def wait_metrics(port, proc=None, timeout=30):
+    """Waits until a worker started with metrics.port=port answers /metrics
+    (it binds the port only after Redis, Kafka and the schemas are set up,
+    which on a busy machine can take longer than a test's own produce), and
+    returns the first scrape.  proc: the worker, which must not exit first."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return scrape_metrics(port)
+        except OSError:
+            assert proc is None or proc.poll() is None, "the worker exited (%s) before its metrics came up" % proc.returncode
+            assert time.time() < deadline, "no metrics on port %d after %d s" % (port, timeout)
+            time.sleep(0.1)
+
+
 def send_json(handler, status, obj, headers=()):
     """Answers an http.server request with obj as JSON (tests' own LLMs)."""
     out = json.dumps(obj).encode()

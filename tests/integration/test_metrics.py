@@ -5,7 +5,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from stack import free_port, job, scrape_metrics as scrape
+from stack import free_port, job, scrape_metrics as scrape, wait_metrics
 
 
 def get(port, path):
@@ -99,14 +99,7 @@ def test_idle_connections_to_the_metrics_port_are_closed(stack):
     import socket
     port = free_port()
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
-    deadline = time.time() + 20
-    while True:
-        try:
-            scrape(port)
-            break
-        except OSError:
-            assert time.time() < deadline, "no metrics server"
-            time.sleep(0.2)
+    wait_metrics(port, w)
     fds = lambda: len(os.listdir("/proc/%d/fd" % w.pid))
     base = fds()
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from stack import BUILD, Stack, build_preload, free_port, job, proc_cpu_s, scrape_metrics
+from stack import BUILD, Stack, build_preload, free_port, job, proc_cpu_s, scrape_metrics, wait_metrics
 
 
 def uid(prefix):
@@ -627,6 +627,7 @@ def test_broker_errors_lose_nothing(control_stack):
     # the producer's debug log names each error its requests met
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
                            "--set", "kafka.producer.debug=msg", "--set", "log.level=debug")
+    wait_metrics(port, w)
     prefix = uid("broker")
     jobs = mixed_jobs(prefix, 300, latency=100)
     ids = [j["job_id"] for j in jobs]
