@@ -2757,29 +2757,17 @@ void schema_free(schema *s)
     free(s);
 }
 
-/* What a malloc of n bytes takes, about: glibc's malloc rounds n and its
- * 8-byte header up to 16 (32 at least) and maps 128 KB or more as whole
- * pages; tcmalloc (the worker's) rounds to a size class, at most an
- * eighth or so more than n. */
-static size_t heap_bytes(size_t n)
-{
-    if (n >= 128 * 1024)
-        return (n + 16 + 4095) & ~(size_t)4095;
-    size_t b = (n + 8 + 15) & ~(size_t)15;
-    return b < 32 ? 32 : b;
-}
-
 /* v, its siblings after it and their members, as cJSON_Duplicate made
  * them (nesting as deep as that recursion went). */
 static size_t json_mem_bytes(const cJSON *v)
 {
     size_t b = 0;
     for (; v; v = v->next) {
-        b += heap_bytes(sizeof *v);
+        b += util_heap_bytes(sizeof *v);
         if (v->string && !(v->type & cJSON_StringIsConst))
-            b += heap_bytes(strlen(v->string) + 1);
+            b += util_heap_bytes(strlen(v->string) + 1);
         if (v->valuestring)
-            b += heap_bytes(strlen(v->valuestring) + 1);
+            b += util_heap_bytes(strlen(v->valuestring) + 1);
         b += json_mem_bytes(v->child);
     }
     return b;
@@ -2789,15 +2777,15 @@ size_t schema_mem_bytes(const schema *s)
 {
     if (!s)
         return 0;
-    size_t b = heap_bytes(sizeof *s);
+    size_t b = util_heap_bytes(sizeof *s);
     for (const arena_blk *k = s->a.head; k; k = k->next)
-        b += heap_bytes(sizeof *k + k->cap);
+        b += util_heap_bytes(sizeof *k + k->cap);
     if (s->regexes)
-        b += heap_bytes(s->cap_regexes * sizeof *s->regexes);
+        b += util_heap_bytes(s->cap_regexes * sizeof *s->regexes);
     for (size_t i = 0; i < s->n_regexes; i++)
         b += schema_regex_mem_bytes(s->regexes[i]);
     if (s->jsons)
-        b += heap_bytes(s->cap_jsons * sizeof *s->jsons);
+        b += util_heap_bytes(s->cap_jsons * sizeof *s->jsons);
     for (size_t i = 0; i < s->n_jsons; i++)
         b += json_mem_bytes(s->jsons[i]);
     return b;

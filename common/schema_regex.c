@@ -1,6 +1,7 @@
 /* schema_regex.c - ECMA-262 regexes on PCRE2 (see schema_regex.h). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "schema_regex.h"
+#include "util.h"
 
 #include <pcre2.h>
 #include <pthread.h>
@@ -55,40 +56,26 @@ struct schema_regex {
                     "\\x{2030}-\\x{205e}\\x{2060}-\\x{2fff}\\x{3001}-\\x{fefe}"   \
                     "\\x{ff00}-\\x{10ffff}"
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
+/* The translated pattern: util's buffer, with a failure that sticks so
+ * that translate checks once, at the end, rather than at every append. */
+typedef struct pat_buf {
+    sbuf s;
     int oom;
-} sbuf;
+} pat_buf;
 
-static void sb_add(sbuf *b, const char *s, size_t n)
+static void sb_add(pat_buf *b, const char *s, size_t n)
 {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    if (!b->oom && sbuf_append(&b->s, s, n))
+        b->oom = 1;
 }
 
-static void sb_str(sbuf *b, const char *s)
+static void sb_str(pat_buf *b, const char *s)
 {
     sb_add(b, s, strlen(s));
 }
 
-static void sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(sbuf *b, const char *fmt, ...)
+static void sb_fmt(pat_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_fmt(pat_buf *b, const char *fmt, ...)
 {
     char tmp[64];
     va_list ap;
@@ -141,7 +128,7 @@ static const char *const GC_LONG[][2] = {
     { "Format", "Cf" }, { "Surrogate", "Cs" }, { "Private_Use", "Co" }, { "Unassigned", "Cn" },
 };
 
-static void add_gc(sbuf *b, const char *name, size_t n)
+static void add_gc(pat_buf *b, const char *name, size_t n)
 {
     for (size_t i = 0; i < sizeof GC_LONG / sizeof GC_LONG[0]; i++) {
         if (strlen(GC_LONG[i][0]) == n && memcmp(GC_LONG[i][0], name, n) == 0) {
@@ -154,7 +141,7 @@ static void add_gc(sbuf *b, const char *name, size_t n)
 
 /* \p{...} / \P{...}: ECMA spells General_Category=X, gc=X, Script=X, sc=X,
  * Script_Extensions=X, scx=X; PCRE2 wants X, X, sc:X / X, scx:X. */
-static int translate_property(sbuf *b, const char *p, char neg, size_t *used)
+static int translate_property(pat_buf *b, const char *p, char neg, size_t *used)
 {
     if (p[0] != '{')
         return -1;
@@ -226,7 +213,7 @@ static unsigned long count_groups(const char *p, int *named)
 /* Annex B: \N (at pat[i], after the backslash) that is no backreference
  * is a legacy octal escape, up to \377, and \8 or \9 the digit itself.
  * Returns the index after it. */
-static size_t legacy_octal(const char *pat, size_t i, sbuf *b)
+static size_t legacy_octal(const char *pat, size_t i, pat_buf *b)
 {
     unsigned d = (unsigned)(pat[i] - '0');
     if (d > 7) {
@@ -263,7 +250,7 @@ static void cls_atom(cls_state *c, int set)
 
 /* Translates an ECMA-262 pattern to PCRE2 syntax.  Returns 0, or -1 with
  * a message in err. */
-static int translate(const char *pat, int strict, sbuf *b, char *err, size_t errlen)
+static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t errlen)
 {
     int in_class = 0, named;
     unsigned long ngroups = count_groups(pat, &named);
@@ -767,7 +754,7 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         snprintf(err, errlen, "regex engine initialisation failed");
         return NULL;
     }
-    sbuf b = { 0 };
+    pat_buf b = { 0 };
     schema_regex *re = NULL;
     if (translate(pattern, flags & SCHEMA_REGEX_STRICT, &b, err, errlen) < 0)
         goto done;
@@ -776,7 +763,7 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
     /* MATCH_UNSET_BACKREF: in ECMA-262 a backreference to a group that
      * has not taken part (yet) matches the empty string; in PCRE2 it
      * fails. */
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.n,
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)(b.s.data ? b.s.data : ""), b.s.len,
                                      PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C |
                                          PCRE2_MATCH_UNSET_BACKREF,
                                      &ec, &off, NULL);
@@ -812,7 +799,7 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         }
     }
 done:
-    free(b.p);
+    sbuf_free(&b.s);
     return re;
 }
 
@@ -831,10 +818,6 @@ void schema_regex_free(schema_regex *re)
     free(re);
 }
 
-/* 16: an allocation's header and rounding, about (glibc's malloc; the
- * worker's tcmalloc has no header but rounds to size classes). */
-#define ALLOC_OVERHEAD 16
-
 size_t schema_regex_mem_bytes(const schema_regex *re)
 {
     if (!re)
@@ -843,9 +826,10 @@ size_t schema_regex_mem_bytes(const schema_regex *re)
     pcre2_pattern_info(re->code, PCRE2_INFO_SIZE, &code);
     if (re->jit)
         pcre2_pattern_info(re->code, PCRE2_INFO_JITSIZE, &jit);
-    size_t b = sizeof *re + strlen(re->source) + 1 + code + jit + 3 * ALLOC_OVERHEAD;
+    /* the JIT code is mapped in pages of its own, not allocated */
+    size_t b = util_heap_bytes(sizeof *re) + util_heap_bytes(strlen(re->source) + 1) + util_heap_bytes(code) + jit;
     if (re->simple)
-        b += sizeof *re->simple + ALLOC_OVERHEAD;
+        b += util_heap_bytes(sizeof *re->simple);
     return b;
 }
 

@@ -106,6 +106,17 @@ long long util_clamp_ll(double d, long long lo, long long hi);
  * its format parsing. */
 size_t util_concat(char *buf, size_t cap, ...) __attribute__((sentinel));
 
+/* What a malloc of n bytes takes, about: glibc's malloc rounds n and its
+ * 8-byte header up to 16 (32 at least) and maps 128 KB or more as whole
+ * pages; tcmalloc (the worker's) rounds to a size class, at most an
+ * eighth or so more than n.  For estimates of what a structure holds
+ * (schema_mem_bytes), so that every module counts an allocation alike. */
+static inline size_t util_heap_bytes(size_t n) {
+    if (n >= 128 * 1024) return (n + 16 + 4095) & ~(size_t)4095;
+    size_t b = (n + 8 + 15) & ~(size_t)15;
+    return b < 32 ? 32 : b;
+}
+
 /* s, UTF-8 cut by snprintf, may end inside a character: drops that
  * partial character, so that the text stays valid where it goes (events,
  * retry jobs, the next request). */
