@@ -61,7 +61,7 @@ static const cfg_def cfg_defs[] = {
     I("llm.max_transient_retries", "4", 0, 100, "retries in place of one attempt after timeouts, network errors, 429 and 5xx"),
     I("llm.backoff_base_ms", "500", 1, 600000, "first backoff of a transient retry (doubles, with jitter)"),
     I("llm.backoff_max_ms", "30000", 1, 3600000, "cap on one backoff, Retry-After included"),
-    B("llm.aimd", "true", "halve the concurrency limit on 429 (at most once a second), grow it by one per round of successes"),
+    B("llm.aimd", "true", "halve a model's concurrency limit on its 429s (at most once a second), grow it by one per round of successes"),
     I("ratelimit.rpm", "0", 0, 100000000, "requests per minute to llm.base_url for each model (a job's own, or llm.model), shared by every worker through Redis (0: none); ratelimit.<model>.rpm sets one model's"),
     I("ratelimit.tpm", "0", 0, 1000000000, "tokens per minute, likewise (estimated before a call, settled after); ratelimit.<model>.tpm sets one model's"),
     I("retry.max_attempts", "3", 1, 100, "attempts per job, the first included, when a job says nothing"),

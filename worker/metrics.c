@@ -5,6 +5,16 @@
 
 static const double bounds[METRICS_BUCKETS] = {0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 
+/* A label value as the exposition format wants it: a quote or a newline
+ * in it would forge series. */
+static void label_value(sbuf *b, const char *s) {
+    for (const char *c = s; *c; c++) {
+        if (*c == '\\' || *c == '"') sbuf_append(b, "\\", 1);
+        if (*c == '\n') sbuf_puts(b, "\\n");
+        else sbuf_append(b, c, 1);
+    }
+}
+
 void metrics_init(metrics *m) {
     memset(m, 0, sizeof(*m));
     m->consumer_lag = -1;
@@ -89,11 +99,7 @@ void metrics_render(const metrics *m, sbuf *b) {
          * here all the same, as the exposition format wants: a quote or a
          * newline in a label value forges series. */
         sbuf_puts(b, "retort_violations_total{code=\"");
-        for (const char *c = m->codes[i]; *c; c++) {
-            if (*c == '\\' || *c == '"') sbuf_append(b, "\\", 1);
-            if (*c == '\n') sbuf_puts(b, "\\n");
-            else sbuf_append(b, c, 1);
-        }
+        label_value(b, m->codes[i]);
         sbuf_printf(b, "\"} %llu\n", (unsigned long long)m->code_counts[i]);
     }
     if (m->codes_other) sbuf_printf(b, "retort_violations_total{code=\"OTHER\"} %llu\n", (unsigned long long)m->codes_other);
@@ -129,4 +135,29 @@ void metrics_render(const metrics *m, sbuf *b) {
     sbuf_printf(b, "# HELP retort_up Dependencies as the worker sees them (1 ok).\n# TYPE retort_up gauge\n"
                    "retort_up{dependency=\"kafka\"} %d\nretort_up{dependency=\"redis\"} %d\nretort_up{dependency=\"llm\"} %d\n",
                 m->ready_kafka, m->ready_redis, m->ready_llm);
+}
+
+/* One gauge over the gate's lanes: which says the field (0 limit,
+ * 1 pause left, 2 waiting). */
+static void lane_gauge(const llm_gate *g, uint64_t now_ms, const char *name, const char *help, int which,
+                       sbuf *b) {
+    llm_gate_lane_info info;
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (size_t i = 0; i < llm_gate_lanes(g); i++) {
+        llm_gate_lane_get(g, i, &info);
+        double v = which == 0   ? info.limit
+                   : which == 1 ? (info.paused_until_ms > now_ms ? (double)(info.paused_until_ms - now_ms) / 1000.0 : 0)
+                                : (double)info.waiting;
+        sbuf_printf(b, "%s{model=\"", name);
+        label_value(b, info.model);
+        sbuf_printf(b, "\"} %g\n", v);
+    }
+}
+
+void metrics_render_llm_lanes(const llm_gate *g, uint64_t now_ms, sbuf *b) {
+    lane_gauge(g, now_ms, "retort_llm_concurrency_limit",
+               "Calls a model may have in flight now: llm.max_inflight, halved on 429s and grown back on "
+               "successes (llm.aimd); model \"\" is the lane the models past 64 share.", 0, b);
+    lane_gauge(g, now_ms, "retort_llm_paused_seconds", "How long a model's calls still wait out a Retry-After.", 1, b);
+    lane_gauge(g, now_ms, "retort_llm_waiting_calls", "Calls waiting at the gate, by model.", 2, b);
 }

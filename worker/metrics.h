@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "llm_gate.h"
 #include "util.h"
 
 #define METRICS_MAX_CODES 64
@@ -57,5 +58,8 @@ void metrics_observe(metrics_histogram *h, double seconds);
 void metrics_llm_call(metrics *m, int provider, long status);
 void metrics_violation(metrics *m, const char *code);
 void metrics_render(const metrics *m, sbuf *out);
+/* The LLM gate's lanes (borrowed), a series per model: concurrency
+ * limit, the Retry-After pause left at now_ms, calls waiting. */
+void metrics_render_llm_lanes(const llm_gate *g, uint64_t now_ms, sbuf *out);
 
 #endif

@@ -23,6 +23,7 @@
 #include "llm_client.h"
 #include "http_server.h"
 #include "log.h"
+#include "llm_gate.h"
 #include "metrics.h"
 #include "offsets.h"
 #include "plugins.h"
@@ -88,7 +89,7 @@ typedef struct wjob {
     size_t body_len;
     long cost;               /* estimated tokens of the request, scaled by rl_used / rl_est */
     long cost_raw;           /* the estimate from its size alone */
-    struct wjob *gate_next;
+    llm_gate_node gate_node; /* waiting at the gate, then its lane's while the call runs */
     struct wjob *rate_next;  /* in its rate queue, behind the one asking */
     struct rate_queue *rate_q; /* the queue it waited in (NULL: none) */
     uv_timer_t timer;
@@ -178,13 +179,10 @@ struct worker {
     http_server *http;
     metrics m;
     uint64_t llm_ok_ms, llm_net_fail_ms;
-    /* the gate in front of the LLM: AIMD concurrency, Retry-After pauses,
-     * shared rate limits */
-    wjob *gate_head, *gate_tail;
-    size_t llm_active;
-    double llm_limit;
-    int aimd;
-    uint64_t paused_until_ms, last_decrease_ms;
+    /* the gate in front of the LLM: a lane per model, with AIMD
+     * concurrency and Retry-After pauses (llm_gate.h); then the shared
+     * rate limits */
+    llm_gate *gate;
     uv_timer_t gate_timer;
     /* Shared rate limits: a bucket pair per endpoint and model in Redis */
     long rl_rpm, rl_tpm;       /* ratelimit.rpm / .tpm: every model's, unless set */
@@ -321,7 +319,7 @@ static void job_setup(wjob *j);
 static void call_llm(wjob *j);
 static void produce_outcome(wjob *j);
 static int cut_harder(wjob *j);
-static void gate_leave(worker *w, long status, long retry_after_ms);
+static void gate_leave(wjob *j, long status, long retry_after_ms);
 static void rate_noop(void *ud, const state_reply *r);
 static void new_owner(worker *w, char *owner, size_t size);
 static void job_go(wjob *j, long tokens_used);
@@ -1232,7 +1230,7 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     j->call = NULL;
     j->llm_ms += resp->latency_ms;
     j->http_status = resp->status;
-    gate_leave(w, resp->status, resp->retry_after_ms);
+    gate_leave(j, resp->status, resp->retry_after_ms);
     metrics_llm_call(&w->m, w->provider == LLM_PROVIDER_ANTHROPIC, resp->status);
     metrics_observe(&w->m.llm_latency, resp->latency_ms / 1000.0);
     if (resp->status == 0 && resp->transport == DECIDE_CAT_NETWORK) w->llm_net_fail_ms = util_mono_ms();
@@ -1308,18 +1306,23 @@ static void on_llm_done(void *ud, const llm_response *resp) {
 
 static void gate_pump(worker *w);
 
+/* A call that could not start ends as a network error would: the job
+ * backs off and tries again. */
+static void call_failed(wjob *j, const char *why) {
+    llm_response resp = {0};
+    resp.transport = DECIDE_CAT_NETWORK;
+    resp.error = why;
+    resp.retry_after_ms = -1;
+    resp.should_retry = -1;
+    on_llm_done(j, &resp);
+}
+
 static void submit_now(wjob *j) {
     worker *w = j->w;
     char *body = j->body;
     j->body = NULL;
-    if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, j->body_len, on_llm_done, j, &j->call)) {
-        llm_response resp = {0};
-        resp.transport = DECIDE_CAT_NETWORK;
-        resp.error = "could not start the HTTP request";
-        resp.retry_after_ms = -1;
-        resp.should_retry = -1;
-        on_llm_done(j, &resp);
-    }
+    if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, j->body_len, on_llm_done, j, &j->call))
+        call_failed(j, "could not start the HTTP request");
 }
 
 static void rate_pump(rate_queue *q);
@@ -1438,46 +1441,29 @@ static void rate_acquire(wjob *j) {
 
 static void gate_timer_cb(uv_timer_t *t) { gate_pump(t->data); }
 
-/* Starts queued calls while the concurrency limit and any Retry-After
- * pause allow. */
+/* Starts the calls the gate lets through; while a lane waits out a
+ * Retry-After, the timer comes back for it. */
 static void gate_pump(worker *w) {
-    uint64_t now = util_mono_ms();
-    if (w->paused_until_ms > now) {
-        uv_timer_start(&w->gate_timer, gate_timer_cb, w->paused_until_ms - now, 0);
-        return;
-    }
-    while (w->gate_head && (double)w->llm_active < w->llm_limit) {
-        wjob *j = w->gate_head;
-        w->gate_head = j->gate_next;
-        if (!w->gate_head) w->gate_tail = NULL;
-        j->gate_next = NULL;
-        w->llm_active++;
-        if (w->rl_on) rate_acquire(j);
-        else submit_now(j);
-    }
+    uint64_t wake = llm_gate_pump(w->gate, util_mono_ms());
+    if (wake) uv_timer_start(&w->gate_timer, gate_timer_cb, wake, 0);
 }
 
-/* After a call: additive increase on success, multiplicative decrease on
- * 429 (at most once a second, so one burst of 429s halves once), and a
- * Retry-After pauses this endpoint only. */
-static void gate_leave(worker *w, long status, long retry_after_ms) {
-    w->llm_active--;
-    uint64_t now = util_mono_ms();
-    if (status == 429) {
-        if (w->aimd && now - w->last_decrease_ms >= 1000) {
-            double before = w->llm_limit;
-            w->llm_limit = w->llm_limit / 2 < 1 ? 1 : w->llm_limit / 2;
-            w->last_decrease_ms = now;
-            log_warn(NULL, 0, "rate limited (429): concurrency limit %.0f -> %.0f", before, w->llm_limit);
-        }
-        if (retry_after_ms > 0) {
-            uint64_t until = now + (uint64_t)(retry_after_ms < w->backoff_max ? retry_after_ms : w->backoff_max);
-            if (until > w->paused_until_ms) w->paused_until_ms = until;
-        }
-    } else if (status >= 200 && status < 300 && w->llm_limit < (double)w->max_inflight) {
-        w->llm_limit += 1.0 / w->llm_limit;
-        if (w->llm_limit > (double)w->max_inflight) w->llm_limit = (double)w->max_inflight;
-    }
+/* A call let through the gate: the shared rate limits next, if any. */
+static void gate_start(llm_gate_node *n, void *ud) {
+    worker *w = ud;
+    wjob *j = (wjob *)((char *)n - offsetof(wjob, gate_node));
+    if (w->rl_on) rate_acquire(j);
+    else submit_now(j);
+}
+
+/* After a call: its model's lane learns from the status (llm_gate.h),
+ * and the next calls may start. */
+static void gate_leave(wjob *j, long status, long retry_after_ms) {
+    worker *w = j->w;
+    double before = 0, after = 0;
+    if (llm_gate_leave(w->gate, &j->gate_node, status, retry_after_ms, util_mono_ms(), &before, &after))
+        log_warn(j->job.job_id, j->job.attempt, "rate limited (429) on model %s: concurrency limit %.0f -> %.0f",
+                 j->model, before, after);
     gate_pump(w);
 }
 
@@ -1496,9 +1482,10 @@ static void call_llm(wjob *j) {
      * completion budget; settled against real usage afterwards. */
     j->cost_raw = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
     j->cost = j->cost_raw;
-    if (w->gate_tail) w->gate_tail->gate_next = j;
-    else w->gate_head = j;
-    w->gate_tail = j;
+    if (llm_gate_push(w->gate, j->model, &j->gate_node)) {
+        call_failed(j, "out of memory at the LLM gate");
+        return;
+    }
     gate_pump(w);
 }
 
@@ -2036,7 +2023,7 @@ static void refresh_gauges(worker *w) {
     w->m.inline_misses = sc.misses;
     w->m.inline_entries = sc.entries;
     w->m.inline_bytes = sc.mem_bytes;
-    w->m.llm_inflight = (int64_t)w->llm_active;
+    w->m.llm_inflight = (int64_t)llm_gate_active(w->gate);
     w->m.consumer_lag = kafka_io_lag(w->kio);
     w->m.ready_kafka = kafka_io_ready(w->kio);
     w->m.ready_redis = state_connected(w->st);
@@ -2053,6 +2040,7 @@ static int http_handle(void *ud, const char *method, const char *path, sbuf *bod
     if (!strcmp(path, "/metrics")) {
         refresh_gauges(w);
         metrics_render(&w->m, body);
+        metrics_render_llm_lanes(w->gate, util_mono_ms(), body);
         *content_type = "text/plain; version=0.0.4; charset=utf-8";
         return 200;
     }
@@ -2230,8 +2218,6 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->tmpl = config_get(cfg, "retry.template");
     w->max_inflight = (size_t)config_get_int(cfg, "llm.max_inflight");
     w->token_budget = (long)config_get_int(cfg, "retry.token_budget");
-    w->llm_limit = (double)w->max_inflight;
-    w->aimd = config_get_bool(cfg, "llm.aimd");
     w->rl_rpm = (long)config_get_int(cfg, "ratelimit.rpm");
     w->rl_tpm = (long)config_get_int(cfg, "ratelimit.tpm");
     w->rl_base = config_get(cfg, "llm.base_url");
@@ -2251,6 +2237,10 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->max_jobs = (size_t)config_get_int(cfg, "worker.max_jobs");
     if (!w->max_jobs) w->max_jobs = w->max_inflight + (w->max_inflight + 3) / 4;
     if (w->max_jobs < w->max_inflight) w->max_jobs = w->max_inflight;
+    if (!(w->gate = llm_gate_new(w->max_inflight, config_get_bool(cfg, "llm.aimd"), w->backoff_max, gate_start, w))) {
+        log_error(NULL, 0, "out of memory");
+        goto out;
+    }
     w->sopts.format_assert = config_get_bool(cfg, "schemas.format_assert");
     w->sopts.max_violations = w->max_violations;
     parse_critical(w);
@@ -2396,6 +2386,7 @@ out:;
     free(w->critical);
     free(w->rl_models);
     for (size_t i = 0; i < w->rl_nqueues; i++) free(w->rl_queues[i]);
+    llm_gate_free(w->gate);
     free(w);
     return rc;
 }

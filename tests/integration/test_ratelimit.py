@@ -9,7 +9,7 @@ import subprocess
 import time
 import uuid
 
-from stack import job
+from stack import free_port, job, scrape_metrics, wait_metrics
 
 
 def test_rpm_is_shared_by_all_processes(stack):
@@ -70,6 +70,55 @@ def test_429_lowers_concurrency_and_retry_after_pauses(stack):
     # successes add) were made at once: the mock never had more in flight
     # (before the 429s, only their 8 calls were to make)
     assert stack.llm_stats()["peak_in_flight"] <= 11, sorted(n for v in times.values() for _, n in v)
+    assert stack.stop_worker(w) == 0
+
+
+def test_a_429_pauses_and_halves_its_own_model_only(stack):
+    """Providers limit each model apart, and so does the gate: 8 jobs of
+    one model answered 429 with Retry-After: 8 s pause and halve that
+    model's lane only.  Jobs of another model that come during the pause
+    are called at once, at the full concurrency; the first model's calls
+    wait the pause out.  (One gate for the endpoint held every model's
+    calls back for the whole pause.)"""
+    port = free_port()
+    w = stack.start_worker("--set", "llm.max_inflight=16", "--set", "worker.max_jobs=40",
+                           "--set", "llm.backoff_max_ms=10000", "--set", "metrics.port=%d" % port,
+                           "--set", "metrics.host=127.0.0.1")
+    tag = uuid.uuid4().hex[:6]
+    limited = ["lane-a-%s-%d" % (tag, i) for i in range(8)]
+    stack.produce_jobs([job(j, model="model-a", directive="http=429 times=1 retry_after=8") for j in limited])
+    deadline = time.time() + 60
+    while stack.llm_stats()["by_status"].get("429", 0) < 8:
+        assert time.time() < deadline, stack.llm_stats()
+        time.sleep(0.05)
+    # /metrics shows the lane paused and halved (once, or twice if the 8
+    # calls came in two bursts: the second waited out the first's pause)
+    m, _ = wait_metrics(port, w)
+    assert m[("retort_llm_concurrency_limit", (("model", "model-a"),))] <= 8
+    assert 0 < m[("retort_llm_paused_seconds", (("model", "model-a"),))] <= 8
+    other = ["lane-b-%s-%d" % (tag, i) for i in range(16)]
+    stack.produce_jobs([job(j, model="model-b", directive="latency_ms=3000") for j in other])
+    stack.wait_outcomes(limited + other, timeout=90)
+    finals = [m for m in stack.consume("retort.final") if m["value"]["job_id"] in limited + other]
+    assert len(finals) == 24 and all(m["value"]["attempts"] == 1 for m in finals)
+    times = stack.llm_times()
+    last_429 = max(times["%s:1" % j][0][0] for j in limited)
+    pause_end = last_429 + 8.0
+    b_calls = [times["%s:1" % j][0] for j in other]
+    # the other model's calls came during the pause ...
+    assert max(at for at, _ in b_calls) < pause_end - 1.0, max(at for at, _ in b_calls) - last_429
+    # ... all 16 at once (its lane was not halved): the mock had them all in flight
+    assert max(n for _, n in b_calls) >= 16, sorted(n for _, n in b_calls)
+    # and each limited job's second call waited out the pause its 429 began
+    for j in limited:
+        (first, _), (second, _) = times["%s:1" % j][:2]
+        assert second >= first + 8.0 - 0.005, (j, second - first)
+    m, _ = scrape_metrics(port)
+    assert m[("retort_llm_concurrency_limit", (("model", "model-b"),))] == 16
+    assert m[("retort_llm_paused_seconds", (("model", "model-a"),))] == 0
+    log = stack.worker_log(w.name)
+    assert "on model model-a: concurrency limit 16 -> 8" in log, log[-2000:]
+    assert "model-b: concurrency limit" not in log
     assert stack.stop_worker(w) == 0
 
 

@@ -54,11 +54,42 @@ static void test_label_values_are_escaped(void **s)
     sbuf_free(&b);
 }
 
+static void no_start(llm_gate_node *n, void *ud)
+{
+    (void)n;
+    (void)ud;
+}
+
+/* The gate's lanes: a series per model, its name escaped like any label. */
+static void test_llm_lanes(void **s)
+{
+    (void)s;
+    llm_gate *g = llm_gate_new(16, 1, 60000, no_start, NULL);
+    assert_non_null(g);
+    llm_gate_node a = { 0 }, q = { 0 }, waiting = { 0 };
+    assert_int_equal(llm_gate_push(g, "gpt-4o", &a), 0);
+    assert_int_equal(llm_gate_push(g, "m\"x", &q), 0);
+    llm_gate_pump(g, 1000);
+    llm_gate_leave(g, &a, 429, 2500, 1000, NULL, NULL);
+    assert_int_equal(llm_gate_push(g, "gpt-4o", &waiting), 0);
+    sbuf b = { 0 };
+    metrics_render_llm_lanes(g, 1500, &b);
+    assert_non_null(strstr(b.data, "\nretort_llm_concurrency_limit{model=\"gpt-4o\"} 8\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_concurrency_limit{model=\"m\\\"x\"} 16\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_paused_seconds{model=\"gpt-4o\"} 2\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_paused_seconds{model=\"m\\\"x\"} 0\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_waiting_calls{model=\"gpt-4o\"} 1\n"));
+    assert_non_null(strstr(b.data, "# TYPE retort_llm_concurrency_limit gauge\n"));
+    sbuf_free(&b);
+    llm_gate_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_codes_have_one_series),
         cmocka_unit_test(test_label_values_are_escaped),
+        cmocka_unit_test(test_llm_lanes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
