@@ -10,7 +10,7 @@ struct batch_producer {
     rd_kafka_t *rk;
     size_t queued, reported;
     size_t nerr;           /* reports with an error */
-    size_t *failed;        /* their indexes, as far as memory allowed */
+    batch_producer_failure *failed;  /* those reports, as far as memory allowed */
     size_t nfailed, capfailed;
     char first_error[512];
     char last_error[512];  /* from the error callback: why brokers are down */
@@ -65,12 +65,16 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
     if (!p->first_error[0]) snprintf(p->first_error, sizeof(p->first_error), "%s", rd_kafka_err2str(msg->err));
     if (p->nfailed == p->capfailed) {
         size_t cap = p->capfailed ? p->capfailed * 2 : 64;
-        size_t *f = realloc(p->failed, cap * sizeof(*f));
-        if (!f) return; /* still counted through reported vs queued below */
+        batch_producer_failure *f = realloc(p->failed, cap * sizeof(*f));
+        if (!f) return; /* still counted in nerr; unlisted, it may be in the topic */
         p->failed = f;
         p->capfailed = cap;
     }
-    p->failed[p->nfailed++] = (size_t)(uintptr_t)msg->_private - 1;
+    /* Only the status tells a message the broker never wrote from one
+     * that may be in the topic (a request sent, its answer lost): the
+     * error code alone does not (a timeout is either). */
+    p->failed[p->nfailed++] = (batch_producer_failure){
+        (size_t)(uintptr_t)msg->_private - 1, rd_kafka_message_status(msg) != RD_KAFKA_MSG_STATUS_NOT_PERSISTED};
 }
 
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
@@ -161,8 +165,8 @@ int batch_producer_send(batch_producer *p, const char *topic, const char *key, c
     }
 }
 
-size_t batch_producer_flush(batch_producer *p, const size_t **failed, size_t *nfailed, char *err,
-                            size_t errlen) {
+size_t batch_producer_flush(batch_producer *p, const batch_producer_failure **failed, size_t *nfailed,
+                            char *err, size_t errlen) {
     /* Every message gets its report by message.timeout.ms; the margin
      * covers the last in-flight request. */
     long long left = p->timeout_ms + 10000;

@@ -30,12 +30,24 @@ int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, c
  * delivery results.  Waits while the local queue is full.  0 = ok. */
 int batch_producer_send(batch_producer *p, const char *topic, const char *key, const char *value,
                         size_t len, size_t index, char *err, size_t errlen);
+/* A message whose delivery report was an error. */
+typedef struct batch_producer_failure {
+    size_t index;         /* as given to batch_producer_send */
+    /* 0 when librdkafka says the message was certainly not written to
+     * the topic (never sent, or refused by the broker:
+     * RD_KAFKA_MSG_STATUS_NOT_PERSISTED); 1 when it may have been (sent,
+     * no answer: it may reach a consumer yet). */
+    int maybe_persisted;
+} batch_producer_failure;
+
 /* Waits until every queued message has a delivery report (or the
  * delivery timeout and a margin passed).  Returns the number of messages
  * not delivered (failed, or no report in time) with the first error in
- * err.  failed / nfailed (may be NULL) receive the indexes of the messages
- * whose report was an error (owned by p, valid until it is freed). */
-size_t batch_producer_flush(batch_producer *p, const size_t **failed, size_t *nfailed, char *err,
-                            size_t errlen);
+ * err.  failed / nfailed (may be NULL) receive the messages whose report
+ * was an error, in the order of their reports (owned by p, valid until it
+ * is freed).  A message not delivered and not among them (no report in
+ * time, or no memory to list it) may be in the topic. */
+size_t batch_producer_flush(batch_producer *p, const batch_producer_failure **failed, size_t *nfailed,
+                            char *err, size_t errlen);
 
 #endif

@@ -127,6 +127,22 @@ static void sub_jobs_clear(sub_jobs *js) {
     js->count = js->cap = 0;
 }
 
+/* out gets a view of the jobs of js whose pick is set, in order: its
+ * array is its own (free it), the jobs stay js's.  0 = ok, -1 out of
+ * memory (out empty). */
+static int sub_jobs_pick(const sub_jobs *js, const unsigned char *pick, sub_jobs *out) {
+    *out = (sub_jobs){0};
+    for (size_t i = 0; i < js->count; i++) out->cap += pick[i];
+    if (!out->cap) return 0;
+    if (!(out->items = malloc(out->cap * sizeof(*out->items)))) {
+        out->cap = 0;
+        return -1;
+    }
+    for (size_t i = 0; i < js->count; i++)
+        if (pick[i]) out->items[out->count++] = js->items[i];
+    return 0;
+}
+
 /* The producer refuses a message whose key and value exceed max (what
  * batch_producer_max_bytes allows), after the jobs before it went out: a
  * batch would be half produced.  Submit and resubmit both check every job
@@ -141,18 +157,22 @@ static int job_fits(const char *id, size_t len, size_t max, char *msg, size_t ms
 }
 
 /* Produces every job (key = job id) and waits for all delivery reports.
- * Returns the number not delivered, naming a few on stderr; *queued gets
- * how many the producer took, in order: the jobs after those never left
- * this process (a failed delivery may still have reached the topic). */
+ * Returns the number not delivered, naming a few on stderr, each failed
+ * delivery as in the topic or not.  unsent (may be NULL; else js->count
+ * bytes, zeroed) gets 1 for each job certainly not in the topic: not
+ * queued (the producer refused it, and so every job after it: they never
+ * left this process), or a failed delivery librdkafka says was not
+ * written.  Any other job not delivered may be in the topic yet (its
+ * request sent, the answer lost or never come). */
 static size_t produce_all(const char *cmd, batch_producer *p, const char *topic, const sub_jobs *js,
-                          size_t *queued, char *err, size_t errlen) {
+                          unsigned char *unsent, char *err, size_t errlen) {
     size_t sent = 0;
     for (; sent < js->count; sent++) {
         const sub_job *j = &js->items[sent];
         if (batch_producer_send(p, topic, j->id, j->json, strlen(j->json), sent, err, errlen)) break;
     }
     char ferr[1024] = "";
-    const size_t *failed = NULL;
+    const batch_producer_failure *failed = NULL;
     size_t nfailed = 0;
     size_t bad = batch_producer_flush(p, &failed, &nfailed, ferr, sizeof(ferr));
     if (sent < js->count) {
@@ -163,9 +183,13 @@ static size_t produce_all(const char *cmd, batch_producer *p, const char *topic,
     } else if (bad) {
         snprintf(err, errlen, "%s", ferr);
     }
-    for (size_t i = 0; i < nfailed && i < MAX_REPORTED_ERRORS; i++)
-        fprintf(stderr, "retort %s: job %s not delivered\n", cmd, js->items[failed[i]].id);
-    *queued = sent;
+    for (size_t i = sent; unsent && i < js->count; i++) unsent[i] = 1;
+    for (size_t i = 0; i < nfailed; i++) {
+        if (unsent && !failed[i].maybe_persisted) unsent[failed[i].index] = 1;
+        if (i < MAX_REPORTED_ERRORS)
+            fprintf(stderr, "retort %s: job %s not delivered (%s)\n", cmd, js->items[failed[i].index].id,
+                    failed[i].maybe_persisted ? "may be in the topic" : "not written to the topic");
+    }
     return bad;
 }
 
@@ -502,6 +526,7 @@ int batch_submit_main(int argc, char **argv) {
     char batch[256], err[2048];
     int claimed = 0;
     claim_ctx cl = {0};
+    unsigned char *unsent = NULL; /* per job: certainly not in the topic */
     int rc = batch_util_args("submit", submit_usage, argc, argv, opts, 2, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;
@@ -597,35 +622,45 @@ int batch_submit_main(int argc, char **argv) {
         goto done;
     }
     expire_batch(c, cfg, batch);
-    size_t queued = 0;
-    size_t bad = produce_all("submit", prod, topic, &sc.jobs, &queued, err, sizeof(err));
-    if (bad == sc.jobs.count) {
+    if (!(unsent = calloc(sc.jobs.count, 1))) {
+        fprintf(stderr, "retort submit: out of memory: nothing submitted\n");
+        goto done;
+    }
+    size_t bad = produce_all("submit", prod, topic, &sc.jobs, unsent, err, sizeof(err));
+    size_t nunsent = 0;
+    for (size_t i = 0; i < sc.jobs.count; i++) nunsent += unsent[i];
+    if (nunsent == sc.jobs.count) {
         fprintf(stderr, "retort submit: no job delivered to %s: %s: nothing submitted\n", topic, err);
         goto done;
     }
-    claimed = 0; /* the batch stays, even partly delivered */
+    /* the batch stays, even partly delivered, or only possibly: a job
+     * that may be in the topic may reach a worker, which counts it */
+    claimed = 0;
     if (bad) {
-        /* The jobs never queued did not leave this process: their ids are
-         * let go, so that they can be submitted as a new batch (claimed,
-         * they were refused for the state's TTL).  A job whose delivery
-         * failed keeps its claim: it may be in the topic all the same. */
+        /* The jobs certainly not in the topic (never queued, or refused
+         * by the broker) cannot reach a worker: their ids are let go, so
+         * that they can be submitted as a new batch (claimed, they were
+         * refused for the state's TTL).  A job whose delivery failed
+         * otherwise keeps its claim: it may be in the topic all the same. */
         size_t freed = 0;
-        if (queued < sc.jobs.count) {
-            sub_jobs rest = {sc.jobs.items + queued, sc.jobs.count - queued, 0};
-            claim_ctx un = cl;
-            char uerr[512];
-            un.jobs = &rest;
-            if (batch_util_pipeline(c, rest.count, 1, unclaim_build, unclaim_reply, &un, uerr, sizeof(uerr)))
-                fprintf(stderr, "retort submit: the jobs not queued keep their job_id: %s\n", uerr);
-            else
-                freed = rest.count;
-        }
+        sub_jobs rest = {0};
+        claim_ctx un = cl;
+        char uerr[512];
+        un.jobs = &rest;
+        if (sub_jobs_pick(&sc.jobs, unsent, &rest))
+            snprintf(uerr, sizeof(uerr), "out of memory");
+        if (rest.count && batch_util_pipeline(c, rest.count, 1, unclaim_build, unclaim_reply, &un, uerr,
+                                              sizeof(uerr)) == 0)
+            freed = rest.count;
+        if (freed < nunsent)
+            fprintf(stderr, "retort submit: the jobs not sent keep their job_id: %s\n", uerr);
+        free(rest.items); /* a view: the jobs stay sc's */
         fprintf(stderr,
                 "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n"
-                "retort submit: the batch cannot complete; submit the missing jobs as a new batch%s\n",
-                bad, sc.jobs.count, batch, topic, err,
-                freed < bad ? " (a job not delivered may be in the topic yet: its job_id stays this batch's, "
-                              "give it another)" : "");
+                "retort submit: the batch cannot complete; submit the %zu job(s) not sent as a new batch%s\n",
+                bad, sc.jobs.count, batch, topic, err, nunsent,
+                nunsent < bad ? " (a job not delivered may be in the topic yet: its job_id stays this batch's, "
+                                "give it another)" : "");
         goto done;
     }
     printf("batch %s: submitted %zu job(s) to %s\n", batch, sc.jobs.count, topic);
@@ -637,6 +672,7 @@ done:
         if (cl.batch) batch_util_pipeline(c, sc.jobs.count, 1, unclaim_build, unclaim_reply, &cl, err, sizeof(err));
         forget_batch(c, cfg, batch);
     }
+    free(unsent);
     batch_producer_free(prod);
     if (c) redisFree(c);
     sub_jobs_clear(&sc.jobs);
@@ -943,8 +979,7 @@ int batch_resubmit_main(int argc, char **argv) {
     /* The batch runs again: its keys live a TTL from now, as a worker's
      * finish gives them (not from the submit, which may be a TTL ago). */
     if (keep) expire_batch(c, cfg, batch);
-    size_t queued = 0;
-    size_t bad = keep ? produce_all("resubmit", prod, topic, &rc_.jobs, &queued, err, sizeof(err)) : 0;
+    size_t bad = keep ? produce_all("resubmit", prod, topic, &rc_.jobs, NULL, err, sizeof(err)) : 0;
     if (bad) {
         fprintf(stderr,
                 "retort resubmit: %zu of %zu job(s) reset but not delivered to %s: %s\n"

@@ -768,6 +768,29 @@ def control_stack():
     s.close()
 
 
+def failed_submit(stack, ids, batch, errors):
+    """Submits ids as batch, one message per produce request
+    (queue.buffering.max.messages=1), the broker answering them errors
+    (one per request, NO_ERROR for one it takes); returns (path, p)."""
+    path = os.path.join(stack.dir, batch + ".jsonl")
+    with open(path, "w") as f:
+        for jid in ids:
+            f.write(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": "x"}) + "\n")
+    stack.kafka_control("errors Produce " + errors)
+    p = retort(stack, "submit", path, "--batch", batch, "--set", "kafka.queue.buffering.max.messages=1")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stdout == ""
+    return path, p
+
+
+def submit_lines(stack, path, start, batch):
+    """Submits the lines of path from start on as a new batch."""
+    rest = os.path.join(stack.dir, batch + ".jsonl")
+    with open(path) as f, open(rest, "w") as g:
+        g.writelines(f.readlines()[start:])
+    return submit(stack, rest, "--batch", batch)
+
+
 def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     """A produce that fails mid-batch, for real: one message per produce
     request (queue.buffering.max.messages=1), the broker takes the first
@@ -777,18 +800,13 @@ def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     those; the two before them are in the topic.  The jobs not queued can
     be submitted again as a new batch."""
     stack = control_stack
-    path = os.path.join(stack.dir, "fail.jsonl")
     ids = ["fail-%d" % i for i in range(6)]
-    with open(path, "w") as f:
-        for jid in ids:
-            f.write(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": "x"}) + "\n")
-    stack.kafka_control("errors Produce NO_ERROR NO_ERROR OUT_OF_ORDER_SEQUENCE_NUMBER")
-    p = retort(stack, "submit", path, "--batch", "fail", "--set", "kafka.queue.buffering.max.messages=1")
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    assert p.stdout == ""
+    path, p = failed_submit(stack, ids, "fail", "NO_ERROR NO_ERROR OUT_OF_ORDER_SEQUENCE_NUMBER")
     assert "3 job(s) not queued" in p.stderr, p.stderr
     assert re.findall(r"job (\S+) not queued", p.stderr) == ids[3:], p.stderr
-    assert re.findall(r"job (\S+) not delivered\n", p.stderr) == ids[2:3], p.stderr
+    # librdkafka cannot say the one refused was not written: it stays
+    assert re.findall(r"job (\S+) not delivered \(may be in the topic\)\n", p.stderr) == ids[2:3], p.stderr
+    assert "not written to the topic" not in p.stderr
     assert "4 of 6 job(s) of batch fail not delivered to retort.jobs" in p.stderr
     assert not any(j in p.stderr for j in ids[:2])
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2]
@@ -798,13 +816,49 @@ def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     # the one not delivered keeps its claim, as it may be in the topic
     r = stack.redis_client()
     assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["fail"] * 3 + [None] * 3
-    rest = os.path.join(stack.dir, "rest.jsonl")
-    with open(path) as f, open(rest, "w") as g:
-        g.writelines(f.readlines()[3:])
-    batch, n = submit(stack, rest, "--batch", "fail-rest")
+    batch, n = submit_lines(stack, path, 3, "fail-rest")
     assert n == 3
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2] + ids[3:]
     assert "a job not delivered may be in the topic yet" in p.stderr
+
+
+def test_submit_lets_go_a_job_the_broker_did_not_write(control_stack):
+    """A delivery that failed with an answer saying the message was not
+    written (TOPIC_AUTHORIZATION_FAILED to the third request: librdkafka's
+    RD_KAFKA_MSG_STATUS_NOT_PERSISTED; fatal to the idempotent producer,
+    which refuses the jobs after it) is named so and lets its claim go
+    with the jobs never queued: all four go as a new batch at once.
+    Before, its id stayed the failed batch's for the state's TTL."""
+    stack = control_stack
+    ids = ["auth-%d" % i for i in range(6)]
+    path, p = failed_submit(stack, ids, "auth", "NO_ERROR NO_ERROR TOPIC_AUTHORIZATION_FAILED")
+    assert re.findall(r"job (\S+) not queued", p.stderr) == ids[3:], p.stderr
+    assert re.findall(r"job (\S+) not delivered \(not written to the topic\)\n", p.stderr) == ids[2:3], p.stderr
+    assert "may be in the topic" not in p.stderr, p.stderr
+    assert "4 of 6 job(s) of batch auth not delivered to retort.jobs" in p.stderr, p.stderr
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2]
+    r = stack.redis_client()
+    assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["auth"] * 2 + [None] * 4
+    batch, n = submit_lines(stack, path, 2, "auth-rest")
+    assert n == 4
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids
+
+
+def test_submit_keeps_a_batch_whose_only_job_may_be_in_the_topic(control_stack):
+    """No job delivered, but the one refused (OUT_OF_ORDER_SEQUENCE_NUMBER
+    to the first request: possibly persisted) may be in the topic: a
+    worker may run it, so the batch stays and the job keeps its claim.
+    Before, 'nothing submitted' let every claim go and deleted the batch
+    that job would count for."""
+    stack = control_stack
+    ids = ["maybe-%d" % i for i in range(3)]
+    path, p = failed_submit(stack, ids, "maybe", "OUT_OF_ORDER_SEQUENCE_NUMBER")
+    assert re.findall(r"job (\S+) not delivered \(may be in the topic\)\n", p.stderr) == ids[:1], p.stderr
+    assert "nothing submitted" not in p.stderr, p.stderr
+    assert "3 of 3 job(s) of batch maybe not delivered" in p.stderr, p.stderr
+    r = stack.redis_client()
+    assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["maybe", None, None]
+    assert r.exists("retort:batch:{maybe}") == 1
 
 def test_batch_keys_live_as_long_as_the_batch_runs(stack):
     """The job list and the inputs get their TTL anew with the counters (a
