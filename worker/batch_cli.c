@@ -34,6 +34,7 @@ static const char watch_usage[] =
 typedef struct progress {
     int known;       /* the batch hash has a total (written by submit) */
     long long total, final, escalated, retrying, attempts, created, updated;
+    long long not_sent;  /* jobs a failed submit cut from the batch (not in total) */
 } progress;
 
 typedef struct sample {
@@ -53,9 +54,10 @@ static void on_stop_signal(int sig) { watch_stop = sig; }
 static double now_s(void) { return (double)util_mono_us() / 1e6; }
 
 static int read_progress(redisContext *c, const char *key, progress *p, char *err, size_t errlen) {
-    redisReply *r = redisCommand(c, "HMGET %s total final escalated retrying attempts created updated", key);
+    redisReply *r =
+        redisCommand(c, "HMGET %s total final escalated retrying attempts created updated not_sent", key);
     int rc = -1;
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 7) {
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 8) {
         snprintf(err, errlen, "redis: %s", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
         goto done;
     }
@@ -67,6 +69,7 @@ static int read_progress(redisContext *c, const char *key, progress *p, char *er
     p->attempts = batch_util_reply_ll(r->element[4], 0);
     p->created = batch_util_reply_ll(r->element[5], 0);
     p->updated = batch_util_reply_ll(r->element[6], 0);
+    p->not_sent = batch_util_reply_ll(r->element[7], 0);
     rc = 0;
 done:
     freeReplyObject(r);
@@ -138,11 +141,14 @@ static void render(int tty, const char *batch, const progress *p, double rate) {
         snprintf(eta, sizeof(eta), "ETA --");
     }
     double pct = percent(done, p->total);
+    /* a batch cut by a failed submit says so: its total is not the input's */
+    char cut[48] = "";
+    if (p->not_sent > 0) snprintf(cut, sizeof(cut), "%snot sent %lld", tty ? " | " : ", ", p->not_sent);
     if (!tty) {
         char ts[40];
         util_rfc3339(util_wall_ms(), ts, sizeof(ts));
-        printf("%s batch %s: %lld/%lld done (%.1f%%), final %lld, escalated %lld, retries %lld, %s, %s\n", ts,
-               batch, done, p->total, pct, p->final, p->escalated, p->retrying, rate_s, eta);
+        printf("%s batch %s: %lld/%lld done (%.1f%%), final %lld, escalated %lld, retries %lld%s, %s, %s\n", ts,
+               batch, done, p->total, pct, p->final, p->escalated, p->retrying, cut, rate_s, eta);
         fflush(stdout);
         return;
     }
@@ -151,8 +157,8 @@ static void render(int tty, const char *batch, const progress *p, double rate) {
      * short ones, else the text cut to the width. */
     int cols = term_cols();
     char stats[256];
-    snprintf(stats, sizeof(stats), "%lld/%lld %5.1f%% | final %lld | retries %lld | escalated %lld | %s | %s", done,
-             p->total, pct, p->final, p->retrying, p->escalated, rate_s, eta);
+    snprintf(stats, sizeof(stats), "%lld/%lld %5.1f%% | final %lld | retries %lld | escalated %lld%s | %s | %s",
+             done, p->total, pct, p->final, p->retrying, p->escalated, cut, rate_s, eta);
     if (cols - (int)strlen(stats) - 4 < 10)
         snprintf(stats, sizeof(stats), "%lld/%lld %.1f%% f%lld r%lld e%lld %s %s", done, p->total, pct, p->final,
                  p->retrying, p->escalated, rate_s, eta);
@@ -457,6 +463,13 @@ static int cmd_results(int argc, char **argv) {
     if (ctx.other_batch)
         fprintf(stderr, "retort results: %zu of %zu job(s) hold another batch's state (job_id reused): skipped\n",
                 ctx.other_batch, ids.count);
+    /* not this batch's jobs any more, but lines of its input all the same */
+    redisReply *ns = redisCommand(c, "HGET %s not_sent", batch_util_key_batch(cfg, batch, key, sizeof(key)));
+    long long not_sent = batch_util_reply_ll(ns, 0);
+    freeReplyObject(ns);
+    if (not_sent > 0)
+        fprintf(stderr, "retort results: %lld job(s) of the input not sent by retort submit (not_sent): not in the "
+                        "batch, no line\n", not_sent);
     rc = unfinished ? BATCH_EXIT_NO : BATCH_EXIT_OK;
 done:
     if (ctx.out) fclose(ctx.out);

@@ -216,11 +216,22 @@ static int price_of(const config *cfg, const char *model, const char *dir, doubl
     return 0;
 }
 
+/* A field of the batch hash as HGETALL gave it; def when absent. */
+static long long batch_field(const redisReply *h, const char *name, long long def) {
+    for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2)
+        if (h->element[i]->str && !strcmp(h->element[i]->str, name))
+            return batch_util_reply_ll(h->element[i + 1], def);
+    return def;
+}
+
 static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, double threshold, size_t top) {
     cJSON *j = cJSON_CreateObject();
     size_t finished = rp->finals + rp->escalated;
+    long long not_sent = batch_field(bh, "not_sent", 0);
     cJSON_AddStringToObject(j, "batch_id", batch);
     cJSON_AddNumberToObject(j, "total", (double)rp->ids->count);
+    /* jobs of the input a failed submit cut from the batch: not in total */
+    cJSON_AddNumberToObject(j, "not_sent", (double)not_sent);
     cJSON_AddNumberToObject(j, "finished", (double)finished);
     cJSON_AddNumberToObject(j, "final", (double)rp->finals);
     cJSON_AddNumberToObject(j, "escalated", (double)rp->escalated);
@@ -244,6 +255,11 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
     if (rp->other_batch) {
         snprintf(msg, sizeof(msg), "%zu job(s) hold another batch's state (job_id reused): not counted",
                  rp->other_batch);
+        cJSON_AddItemToArray(warnings, cJSON_CreateString(msg));
+    }
+    if (not_sent > 0) {
+        snprintf(msg, sizeof(msg), "%lld job(s) of the input not sent by retort submit (a failed produce): not in "
+                 "the batch", not_sent);
         cJSON_AddItemToArray(warnings, cJSON_CreateString(msg));
     }
     cJSON_AddBoolToObject(j, "below_threshold", finished && rate < threshold);

@@ -127,19 +127,19 @@ static void sub_jobs_clear(sub_jobs *js) {
     js->count = js->cap = 0;
 }
 
-/* out gets a view of the jobs of js whose pick is set, in order: its
- * array is its own (free it), the jobs stay js's.  0 = ok, -1 out of
- * memory (out empty). */
-static int sub_jobs_pick(const sub_jobs *js, const unsigned char *pick, sub_jobs *out) {
+/* out gets a view of the jobs i of js whose flags[i] is want (0 or 1), in
+ * order: its array is its own (free it), the jobs stay js's.  0 = ok, -1
+ * out of memory (out empty). */
+static int sub_jobs_pick(const sub_jobs *js, const unsigned char *flags, unsigned char want, sub_jobs *out) {
     *out = (sub_jobs){0};
-    for (size_t i = 0; i < js->count; i++) out->cap += pick[i];
+    for (size_t i = 0; i < js->count; i++) out->cap += flags[i] == want;
     if (!out->cap) return 0;
     if (!(out->items = malloc(out->cap * sizeof(*out->items)))) {
         out->cap = 0;
         return -1;
     }
     for (size_t i = 0; i < js->count; i++)
-        if (pick[i]) out->items[out->count++] = js->items[i];
+        if (flags[i] == want) out->items[out->count++] = js->items[i];
     return 0;
 }
 
@@ -432,7 +432,8 @@ static int unclaim_build(redisContext *c, size_t i, void *ud) {
     return redisAppendCommand(c, "EVAL %s 1 %s %s", script_unclaim, key, cc->batch) == REDIS_OK ? 0 : -1;
 }
 
-static int unclaim_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+/* The reply of one command per item that only must not be an error. */
+static int no_error_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
     if (r[0]->type == REDIS_REPLY_ERROR) {
         snprintf(err, errlen, "redis: %s", r[0]->str);
         return -1;
@@ -512,6 +513,112 @@ static void forget_batch(redisContext *c, const config *cfg, const char *batch) 
     freeReplyObject(redisCommand(c, "DEL %s %s %s", batch_util_key_batch(cfg, batch, k1, sizeof(k1)),
                                  batch_util_key_jobs(cfg, batch, k2, sizeof(k2)),
                                  batch_util_key_input(cfg, batch, k3, sizeof(k3))));
+}
+
+/* One command per job: CMD KEY job_id. */
+typedef struct job_cmd_ctx {
+    const char *cmd, *key;
+    const sub_jobs *jobs;
+} job_cmd_ctx;
+
+static int job_cmd_build(redisContext *c, size_t i, void *ud) {
+    job_cmd_ctx *jc = ud;
+    return redisAppendCommand(c, "%s %s %s", jc->cmd, jc->key, jc->jobs->items[i].id) == REDIS_OK ? 0 : -1;
+}
+
+/* Takes r (frees it): 0 when it is a reply and not an error, else -1
+ * with err. */
+static int reply_ok(redisContext *c, redisReply *r, const char *what, char *err, size_t errlen) {
+    int rc = r && r->type != REDIS_REPLY_ERROR ? 0 : -1;
+    if (rc) snprintf(err, errlen, "redis %s: %s", what, r ? r->str : c->errstr);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Cuts the batch to the jobs of kept (input order) after a failed
+ * produce: the jobs of cut are certainly not in the topic, and counted,
+ * the batch would wait for them for ever (watch by total, results and
+ * report by the job list).  total becomes kept's count and not_sent
+ * cut's; the cut jobs leave the list and the inputs.  The list is
+ * written anew beside the batch's and renamed over it in one transaction
+ * with the rest, so a reader sees the batch whole or cut, and Redis never
+ * scans the list once per cut job (LREM would).  0 = ok; -1 with err:
+ * the batch as it was, unless a command failed inside the transaction
+ * (a key of another type), which Redis does not undo. */
+static int cut_batch(redisContext *c, const config *cfg, const char *batch, const sub_jobs *kept,
+                     const sub_jobs *cut, char *err, size_t errlen) {
+    char bkey[512], jkey[512], ikey[512], tmp[600];
+    batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
+    batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey));
+    batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
+    snprintf(tmp, sizeof(tmp), "%s:cut", jkey); /* the batch's hash tag: the same slot */
+    /* kept has a job (a batch of none is not cut but forgotten) */
+    sub_jobs tail = {kept->items + 1, kept->count - 1, 0};
+    job_cmd_ctx push = {"RPUSH", tmp, &tail}, del = {"HDEL", ikey, cut};
+    if (reply_ok(c, redisCommand(c, "DEL %s", tmp), "DEL", err, errlen) ||
+        reply_ok(c, redisCommand(c, "RPUSH %s %s", tmp, kept->items[0].id), "RPUSH", err, errlen) ||
+        /* the TTL as soon as the key exists: the rename keeps it (the
+         * batch's), and a submit that dies before the rename leaves
+         * nothing for ever */
+        reply_ok(c, redisCommand(c, "EXPIRE %s %lld", tmp, config_get_int(cfg, "redis.ttl_s")), "EXPIRE", err,
+                 errlen) ||
+        batch_util_pipeline(c, tail.count, 1, job_cmd_build, no_error_reply, &push, err, errlen) ||
+        reply_ok(c, redisCommand(c, "MULTI"), "MULTI", err, errlen))
+        return -1;
+    int rc = -1;
+    redisReply *r = NULL;
+    if (batch_util_pipeline(c, cut->count, 1, job_cmd_build, no_error_reply, &del, err, errlen) ||
+        reply_ok(c, redisCommand(c, "RENAME %s %s", tmp, jkey), "RENAME", err, errlen) ||
+        reply_ok(c, redisCommand(c, "HSET %s total %lld not_sent %lld", bkey, (long long)kept->count,
+                                 (long long)cut->count), "HSET", err, errlen))
+        goto done;
+    r = redisCommand(c, "EXEC");
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        snprintf(err, errlen, "redis EXEC: %s", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+        goto done;
+    }
+    for (size_t i = 0; i < r->elements; i++) {
+        if (r->element[i]->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "redis: %s", r->element[i]->str);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    if (!r) freeReplyObject(redisCommand(c, "DISCARD")); /* the connection goes on */
+    freeReplyObject(r);
+    return rc;
+}
+
+/* After a failed produce: the jobs of js flagged in unsent (some) are
+ * certainly not in the topic and cannot reach a worker.  The batch no
+ * longer counts them, so that it completes when the others end, and
+ * their ids are let go (cl: the claims), so that they can be submitted
+ * as a new batch (claimed, they were refused for the state's TTL).  Says
+ * what it did, or what it could not, on stderr. */
+static void cut_unsent(redisContext *c, const config *cfg, const char *batch, const sub_jobs *js,
+                       const unsigned char *unsent, const claim_ctx *cl) {
+    sub_jobs kept = {0}, rest = {0};
+    claim_ctx un = *cl;
+    char cerr[512] = "out of memory", uerr[512] = "out of memory";
+    un.jobs = &rest;
+    int oom = sub_jobs_pick(js, unsent, 0, &kept) | sub_jobs_pick(js, unsent, 1, &rest);
+    /* the batch first: its list never names a job whose id is free */
+    int cut = !oom && cut_batch(c, cfg, batch, &kept, &rest, cerr, sizeof(cerr)) == 0;
+    int freed = !oom && batch_util_pipeline(c, rest.count, 1, unclaim_build, no_error_reply, &un, uerr,
+                                            sizeof(uerr)) == 0;
+    if (cut)
+        fprintf(stderr,
+                "retort submit: batch %s now counts the %zu job(s) delivered or possibly in the topic; the %zu "
+                "not sent are out of it (not_sent): submit them as a new batch\n",
+                batch, kept.count, rest.count);
+    else
+        fprintf(stderr, "retort submit: batch %s still counts the job(s) not sent, and cannot complete: %s\n",
+                batch, cerr);
+    if (!freed) fprintf(stderr, "retort submit: the jobs not sent keep their job_id: %s\n", uerr);
+    /* views: the jobs stay js's */
+    free(kept.items);
+    free(rest.items);
 }
 
 int batch_submit_main(int argc, char **argv) {
@@ -638,29 +745,19 @@ int batch_submit_main(int argc, char **argv) {
     claimed = 0;
     if (bad) {
         /* The jobs certainly not in the topic (never queued, or refused
-         * by the broker) cannot reach a worker: their ids are let go, so
-         * that they can be submitted as a new batch (claimed, they were
-         * refused for the state's TTL).  A job whose delivery failed
-         * otherwise keeps its claim: it may be in the topic all the same. */
-        size_t freed = 0;
-        sub_jobs rest = {0};
-        claim_ctx un = cl;
-        char uerr[512];
-        un.jobs = &rest;
-        if (sub_jobs_pick(&sc.jobs, unsent, &rest))
-            snprintf(uerr, sizeof(uerr), "out of memory");
-        if (rest.count && batch_util_pipeline(c, rest.count, 1, unclaim_build, unclaim_reply, &un, uerr,
-                                              sizeof(uerr)) == 0)
-            freed = rest.count;
-        if (freed < nunsent)
-            fprintf(stderr, "retort submit: the jobs not sent keep their job_id: %s\n", uerr);
-        free(rest.items); /* a view: the jobs stay sc's */
-        fprintf(stderr,
-                "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n"
-                "retort submit: the batch cannot complete; submit the %zu job(s) not sent as a new batch%s\n",
-                bad, sc.jobs.count, batch, topic, err, nunsent,
-                nunsent < bad ? " (a job not delivered may be in the topic yet: its job_id stays this batch's, "
-                                "give it another)" : "");
+         * by the broker) leave the batch and let their ids go; a job
+         * whose delivery failed otherwise stays in the batch with its
+         * claim: it may be in the topic all the same. */
+        size_t maybe = bad - nunsent;
+        fprintf(stderr, "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n", bad,
+                sc.jobs.count, batch, topic, err);
+        if (nunsent) cut_unsent(c, cfg, batch, &sc.jobs, unsent, &cl);
+        if (maybe)
+            fprintf(stderr,
+                    "retort submit: %zu job(s) not delivered may be in the topic yet: they stay this batch's "
+                    "(job_id kept; give one another to submit it again), and the batch completes only if they "
+                    "reach a worker\n",
+                    maybe);
         goto done;
     }
     printf("batch %s: submitted %zu job(s) to %s\n", batch, sc.jobs.count, topic);
@@ -669,7 +766,7 @@ done:
     if (claimed && c) {
         /* nothing went out: the ids are free again (only the claims this
          * submit made go) */
-        if (cl.batch) batch_util_pipeline(c, sc.jobs.count, 1, unclaim_build, unclaim_reply, &cl, err, sizeof(err));
+        if (cl.batch) batch_util_pipeline(c, sc.jobs.count, 1, unclaim_build, no_error_reply, &cl, err, sizeof(err));
         forget_batch(c, cfg, batch);
     }
     free(unsent);

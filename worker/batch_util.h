@@ -6,7 +6,10 @@
  *   PREFIX:batch:{B}         hash: counters kept by the workers (final,
  *                            escalated, retrying, attempts, prompt_tokens,
  *                            completion_tokens, updated) plus, from submit:
- *                            total, created, submitted_by, input; from
+ *                            total, created, submitted_by, input, and
+ *                            not_sent (the jobs of the input a failed
+ *                            produce cut from the batch: not in total,
+ *                            the list or the inputs); from
  *                            resubmit: resubmitted, replaced_attempts,
  *                            replaced_attempts.MODEL, replaced_prompt_tokens.MODEL,
  *                            replaced_completion_tokens.MODEL

@@ -791,6 +791,18 @@ def submit_lines(stack, path, start, batch):
     return submit(stack, rest, "--batch", batch)
 
 
+def assert_cut(stack, batch, ids, not_sent):
+    """The batch counts ids only (in its total, list and inputs) and says
+    how many jobs of its input were not sent."""
+    r = stack.redis_client()
+    key = "retort:batch:{%s}" % batch
+    assert r.hmget(key, "total", "not_sent") == [str(len(ids)), str(not_sent)]
+    assert batch_ids(stack, batch) == ids
+    assert sorted(r.hkeys(key + ":input")) == sorted(ids)
+    assert not r.exists(key + ":jobs:cut")
+    assert 0 < r.ttl(key + ":jobs") <= 86400 * 7
+
+
 def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     """A produce that fails mid-batch, for real: one message per produce
     request (queue.buffering.max.messages=1), the broker takes the first
@@ -810,7 +822,11 @@ def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     assert "4 of 6 job(s) of batch fail not delivered to retort.jobs" in p.stderr
     assert not any(j in p.stderr for j in ids[:2])
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2]
-    assert batch_ids(stack, "fail") == ids
+    # the batch counts the jobs that went out or may have: a worker may
+    # yet run the one not delivered
+    assert "batch fail now counts the 3 job(s) delivered or possibly in the topic; the 3 not sent" in p.stderr
+    assert "1 job(s) not delivered may be in the topic yet" in p.stderr, p.stderr
+    assert_cut(stack, "fail", ids[:3], 3)
     # as the output says, the jobs not queued go as a new batch: their ids
     # are free again (they stayed the first batch's, refused for 7 days);
     # the one not delivered keeps its claim, as it may be in the topic
@@ -819,7 +835,6 @@ def test_submit_names_the_jobs_a_failed_produce_left_out(control_stack):
     batch, n = submit_lines(stack, path, 3, "fail-rest")
     assert n == 3
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2] + ids[3:]
-    assert "a job not delivered may be in the topic yet" in p.stderr
 
 
 def test_submit_lets_go_a_job_the_broker_did_not_write(control_stack):
@@ -839,6 +854,7 @@ def test_submit_lets_go_a_job_the_broker_did_not_write(control_stack):
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids[:2]
     r = stack.redis_client()
     assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["auth"] * 2 + [None] * 4
+    assert_cut(stack, "auth", ids[:2], 4)
     batch, n = submit_lines(stack, path, 2, "auth-rest")
     assert n == 4
     assert sorted(m["key"] for m in stack.consume("retort.jobs")) == ids
@@ -858,7 +874,52 @@ def test_submit_keeps_a_batch_whose_only_job_may_be_in_the_topic(control_stack):
     assert "3 of 3 job(s) of batch maybe not delivered" in p.stderr, p.stderr
     r = stack.redis_client()
     assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["maybe", None, None]
-    assert r.exists("retort:batch:{maybe}") == 1
+    assert_cut(stack, "maybe", ids[:1], 2)
+
+
+def test_a_batch_cut_by_a_failed_submit_completes(control_stack):
+    """A job the broker did not write (MSG_SIZE_TOO_LARGE to the third
+    request; the jobs after it are delivered) is cut from the batch: its
+    total, list and inputs count the five delivered, and the batch
+    completes when they end; watch, results and report say that one job
+    of the input was not sent.  Before, the batch waited for it for ever
+    (watch 5/6, results 'not finished yet', exit 1)."""
+    stack = control_stack
+    ids = ["cut-%d" % i for i in range(6)]
+    sent = ids[:2] + ids[3:]
+    path, p = failed_submit(stack, ids, "cut", "NO_ERROR NO_ERROR MSG_SIZE_TOO_LARGE")
+    assert re.findall(r"job (\S+) not delivered \(not written to the topic\)\n", p.stderr) == ids[2:3], p.stderr
+    assert "1 of 6 job(s) of batch cut not delivered" in p.stderr, p.stderr
+    assert "batch cut now counts the 5 job(s) delivered or possibly in the topic; the 1 not sent" in p.stderr
+    assert "may be in the topic" not in p.stderr, p.stderr
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == sorted(sent)
+    assert_cut(stack, "cut", sent, 1)
+    r = stack.redis_client()
+    assert r.hget("retort:job:{cut-2}", "batch_id") is None
+
+    stack.start_worker()
+    deadline = time.time() + 60
+    while sum(int(v or 0) for v in r.hmget("retort:batch:{cut}", "final", "escalated")) < 5:
+        assert time.time() < deadline, r.hgetall("retort:batch:{cut}")
+        time.sleep(0.2)
+    p = retort(stack, "watch", "cut", "--once")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert re.search(r" 5/5 done \(100\.0%\), final 5, escalated 0, retries 0, not sent 1, .*complete in", p.stdout)
+    rc, out = watch_on_a_terminal(stack, "cut", 120, "--once")
+    assert rc == 0 and "5/5 100.0% | final 5 | retries 0 | escalated 0 | not sent 1 | " in out, out
+    res = os.path.join(stack.dir, "cut.out.jsonl")
+    p = retort(stack, "results", "cut", "-o", res)
+    assert p.returncode == 0, p.stderr
+    assert "1 job(s) of the input not sent by retort submit" in p.stderr, p.stderr
+    with open(res) as f:
+        assert [json.loads(l)["job_id"] for l in f] == sent
+    p = retort(stack, "report", "cut", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert (rep["total"], rep["final"], rep["unfinished"], rep["not_sent"]) == (5, 5, 0, 1), rep
+    assert any("1 job(s) of the input not sent" in w for w in rep["warnings"]), rep
+    p = retort(stack, "report", "cut")
+    assert "batch cut: 5 job(s): 5 final" in p.stdout and "WARNING: 1 job(s) of the input not sent" in p.stdout
 
 def test_batch_keys_live_as_long_as_the_batch_runs(stack):
     """The job list and the inputs get their TTL anew with the counters (a
