@@ -18,16 +18,25 @@ def get(port, path):
 
 def test_metrics_and_health(stack):
     port = free_port()
-    stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
-    time.sleep(0.5)
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    wait_metrics(port, w)
     assert get(port, "/healthz") == (200, "ok\n")
     ids = ["m-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(12)]
     jobs = [job(j) for j in ids[:8]] + [job(j, directive="defect=wrong_type until=1") for j in ids[8:11]] + \
            [job(ids[11], directive="defect=refusal")]
     stack.produce_jobs(jobs)
     stack.wait_outcomes(ids)
-    time.sleep(1)
-    s, types = scrape(port)
+    # the counters of the last jobs may be written just after their events
+    deadline = time.time() + 15
+    while True:
+        s, types = scrape(port)
+        if s.get(("retort_jobs_total", (("outcome", "final"),))) == 11 and \
+                s.get(("retort_jobs_total", (("outcome", "escalated"),))) == 1 and \
+                s.get(("retort_inflight_jobs", ())) == 0:
+            break
+        if time.time() > deadline:
+            break                     # the asserts below say what is wrong
+        time.sleep(0.1)
     assert types["retort_jobs_total"] == "counter" and types["retort_llm_latency_seconds"] == "histogram"
     assert s[("retort_jobs_total", (("outcome", "final"),))] == 11
     assert s[("retort_jobs_total", (("outcome", "retry"),))] == 3
@@ -48,8 +57,12 @@ def test_metrics_and_health(stack):
     status, body = get(port, "/readyz")
     assert status == 200 and "redis ok" in body
     stack.stop_redis()
-    time.sleep(1)
-    status, body = get(port, "/readyz")
+    deadline = time.time() + 10
+    while True:
+        status, body = get(port, "/readyz")
+        if status != 200 or time.time() > deadline:
+            break
+        time.sleep(0.1)
     assert status == 503 and "redis down" in body
     assert get(port, "/nope")[0] == 404
 
