@@ -221,6 +221,21 @@ class Stack:
         with open(os.path.join(self.dir, name + ".log"), "rb") as f:
             return f.read().decode(errors="replace")
 
+    def wait_log(self, name, text, count=1, timeout=30):
+        """Waits until text is in worker name's log count times (the worker
+        must not exit first); returns the log."""
+        proc = ([p for p in self.workers if p.name == name] or [None])[-1]
+        deadline = time.time() + timeout
+        while True:
+            log = self.worker_log(name)
+            if log.count(text) >= count:
+                return log
+            assert proc is None or proc.poll() is None, \
+                "%s exited (%s) before %r (x%d) was in its log:\n%s" % (name, proc.returncode, text, count, log[-3000:])
+            assert time.time() < deadline, "no %r (x%d) in %s's log after %d s:\n%s" % (
+                text, count, name, timeout, log[-3000:])
+            time.sleep(0.05)
+
     def worker_summary(self, name):
         """The counts of a stopped worker's "stopping:" line: {"final": n,
         "retries", "escalated", "dead letters", "skipped", "unfinished"}."""
