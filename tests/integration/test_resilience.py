@@ -257,20 +257,19 @@ def test_an_owner_that_took_over_from_the_one_waited_for_gets_its_own_grace(stac
     r.hset(key, mapping={"attempt": 1, "status": "running", "owner": "x:00000001:7", "max_attempts": 3})
     r.set("retort:worker:{x:00000001}", "1", px=60000)
     stack.produce_jobs([job(jid)])
-    deadline = time.time() + 20
-    while time.time() < deadline and "x:00000001:7 holds this attempt" not in stack.worker_log(w.name):
-        time.sleep(0.1)
-    t0 = time.time()
-    assert "x:00000001:7 holds this attempt" in stack.worker_log(w.name)
-    time.sleep(1.0)
+    log = stack.wait_log(w.name, "x:00000001:7 holds this attempt", timeout=60)
+    # when the worker looked (its log line), not when the test noticed it
+    (seen,) = [json.loads(l) for l in log.splitlines() if "x:00000001:7 holds this attempt" in l]
+    t0 = datetime.datetime.fromisoformat(seen["ts"].replace("Z", "+00:00")).timestamp()
+    time.sleep(max(0.0, t0 + 1.0 - time.time()))
     r.hset(key, "owner", "y:00000002:3")
     r.set("retort:worker:{y:00000002}", "1", px=60000)
-    called = None
-    while time.time() < t0 + 30 and called is None:
-        if stack.llm_stats()["calls"].get(jid + ":1"):
-            called = time.time() - t0
+    deadline = time.time() + 30
+    while not stack.llm_stats()["calls"].get(jid + ":1"):
+        assert time.time() < deadline, "attempt 1 was never called"
         time.sleep(0.1)
-    assert called is not None
+    # when the call reached the LLM
+    called = stack.llm_times()[jid + ":1"][0][0] - t0
     log = stack.worker_log(w.name)
     assert "y:00000002:3 holds this attempt; waiting for its outcome" in log
     assert "for y:00000002:3; taking the attempt over" in log
