@@ -221,6 +221,12 @@ class Stack:
         with open(os.path.join(self.dir, name + ".log"), "rb") as f:
             return f.read().decode(errors="replace")
 
+    def log_lines(self, name):
+        """The JSON lines of worker name's log, parsed (a line still being
+        written, without its newline yet, left out)."""
+        text = self.worker_log(name)
+        return [json.loads(l) for l in text[:text.rfind("\n") + 1].splitlines() if l.startswith("{")]
+
     def wait_log(self, name, text, count=1, timeout=30):
         """Waits until text is in worker name's log count times (the worker
         must not exit first); returns the log."""

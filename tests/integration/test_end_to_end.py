@@ -501,7 +501,7 @@ def test_duplicate_message_is_not_processed_twice(stack):
             time.sleep(0.1)
 
     def skip_lines():
-        return [(x["attempt"], x["msg"]) for x in map(json.loads, stack.worker_log(w.name).splitlines())
+        return [(x["attempt"], x["msg"]) for x in stack.log_lines(w.name)
                 if x.get("job_id") == jid and "skipping" in x["msg"]]
 
     jid = uid("dup")
@@ -514,6 +514,10 @@ def test_duplicate_message_is_not_processed_twice(stack):
     # a stale retry job (attempt 2 for a job that is final) is ignored too
     stack.produce_jobs([dict(j, attempt=2)])
     assert skipped(3) == 3
+    # the log line is written after the count, at the end of the loop turn
+    deadline = time.time() + 10
+    while len(skip_lines()) < 3 and time.time() < deadline:
+        time.sleep(0.05)
     assert skip_lines() == [(1, "job already final; skipping")] * 2 + [(2, "job already final; skipping")]
     assert len(by_job(stack.outcomes(), jid)) == 1
     calls = stack.llm_stats()["calls"]
@@ -706,8 +710,8 @@ def test_sigterm_drains_an_attempt_started_before_its_retry_job_left(stack):
     before = stack.llm_stats()["requests"]
     w2 = stack.start_worker(name="w-after")
     deadline = time.time() + 30
-    while not [l for l in stack.worker_log("w-after").splitlines()
-               if "skipping" in l and json.loads(l).get("job_id") == jid and json.loads(l).get("attempt") == 2]:
+    while not [x for x in stack.log_lines("w-after")
+               if "skipping" in x["msg"] and x.get("job_id") == jid and x.get("attempt") == 2]:
         assert w2.poll() is None and time.time() < deadline, "w-after never skipped the retry job"
         time.sleep(0.1)
     # the drain ends anything read before the retry job (the job's message,
