@@ -97,6 +97,30 @@ def latest_outcomes(stack, ids):
     return out
 
 
+def event_run(m):
+    """The run an outcome event belongs to (its id ends ":rN" past run 1)."""
+    run = re.search(r":r(\d+)$", m["headers"]["ce_id"])
+    return int(run.group(1)) if run else 1
+
+
+def wait_latest_outcomes(stack, ids, run=1, timeout=60):
+    """latest_outcomes once every job of ids has an outcome event of its
+    run (run: a number for all, or {job id: run}).  watch ends on the
+    batch's counters, which the worker writes with the job's record,
+    before it produces the event."""
+    want = run if isinstance(run, dict) else {j: run for j in ids}
+    deadline = time.time() + timeout
+    while True:
+        got = {(m["value"]["job_id"], event_run(m))
+               for m in stack.consume("retort.final") + stack.consume("retort.escalations") if m["value"]}
+        missing = [j for j in ids if (j, want[j]) not in got]
+        if not missing:
+            return latest_outcomes(stack, ids)
+        assert time.time() < deadline, "no outcome event of the run waited for: %s" % [
+            (j, want[j]) for j in missing[:5]]
+        time.sleep(0.2)
+
+
 def run_batch(stack, n=30, **kw):
     stack.start_worker()
     path, ks = write_jobs(stack, n, **kw)
@@ -392,7 +416,7 @@ def test_watch_redraws_a_bar_on_a_terminal(stack):
 def test_results_in_input_order_split_by_outcome(stack):
     batch, ks, _ = run_batch(stack, with_ids=True)
     ids = batch_ids(stack, batch)
-    events = latest_outcomes(stack, ids)
+    events = wait_latest_outcomes(stack, ids)
     assert set(events) == set(ids)
     out = os.path.join(stack.dir, "out.jsonl")
     p = retort(stack, "results", batch, "-o", out)
@@ -494,7 +518,7 @@ def check_report(rep, exp, threshold=0.9):
 def test_report_matches_the_events(stack):
     batch, ks, _ = run_batch(stack)
     ids = batch_ids(stack, batch)
-    events = latest_outcomes(stack, ids)
+    events = wait_latest_outcomes(stack, ids)
     exp = expected_report(ids, events)
     c = collections.Counter(ks)
     # and what the input mix implies
@@ -543,7 +567,7 @@ def test_resubmit_again_after_a_reset_whose_run_never_began(stack):
     again as run 3, without counting it twice on the batch."""
     batch, ks, _ = run_batch(stack, n=10)
     ids = batch_ids(stack, batch)
-    escalated = [j for j in ids if latest_outcomes(stack, ids)[j]["_type"] == "retort.job.escalated"]
+    escalated = [j for j in ids if wait_latest_outcomes(stack, ids)[j]["_type"] == "retort.job.escalated"]
     lost = escalated[0]
     r = stack.redis_client()
     # as the reset script leaves it; the batch counted it as resubmitted
@@ -556,6 +580,7 @@ def test_resubmit_again_after_a_reset_whose_run_never_began(stack):
     assert p.stdout.strip() == "batch %s: resubmitted %d escalated job(s) with max_attempts 1" % (
         batch, len(escalated))
     wait_done(stack, batch)
+    wait_latest_outcomes(stack, escalated, dict({j: 2 for j in escalated}, **{lost: 3}))
     runs = {m["value"]["job_id"]: m["value"]["run"] for m in stack.consume("retort.jobs")
             if m["value"] and "run" in m["value"]}
     assert runs == dict({j: 2 for j in escalated}, **{lost: 3}), runs
@@ -568,7 +593,7 @@ def test_resubmit_again_after_a_reset_whose_run_never_began(stack):
 def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     batch, ks, _ = run_batch(stack)
     ids = batch_ids(stack, batch)
-    before = latest_outcomes(stack, ids)
+    before = wait_latest_outcomes(stack, ids)
     escalated = [j for j in ids if before[j]["_type"] == "retort.job.escalated"]
     assert len(escalated) == sum(k in ("never", "refusal") for k in ks)
     calls_before = stack.llm_stats()["calls"]
@@ -594,7 +619,7 @@ def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     assert sorted(v["job_id"] for v in resent) == sorted(escalated)
     assert all("attempt" not in v and v["batch_id"] == batch and v["run"] == 2 for v in resent)
     # they escalate again, now after one attempt; the batch accounts for them
-    after = latest_outcomes(stack, ids)
+    after = wait_latest_outcomes(stack, ids, dict({j: 1 for j in ids}, **{j: 2 for j in escalated}))
     for j in escalated:
         assert after[j]["_type"] == "retort.job.escalated" and after[j]["attempts"] == 1
     r = stack.redis_client()
@@ -625,7 +650,7 @@ def test_resubmit_reruns_exactly_the_escalated_jobs(stack):
     wait_done(stack, batch)
     calls = stack.llm_stats()["calls"]
     assert {k: v for k, v in calls.items() if k.rsplit(":", 1)[0] not in escalated} == finals_calls
-    after2 = latest_outcomes(stack, ids)
+    after2 = wait_latest_outcomes(stack, ids, dict({j: 1 for j in ids}, **{j: 3 for j in escalated}))
     assert all(after2[j]["attempts"] == (3 if ks[ids.index(j)] == "never" else 1) for j in escalated)
 
     # every run's escalation is an event of its own (CloudEvents: source +
