@@ -333,11 +333,22 @@ def test_watch_before_the_workers(stack):
     # it waits until interrupted, printing a line per interval
     proc = subprocess.Popen([RETORT, "watch", batch, "--interval", "0.2", "-c", stack.config_path],
                             stdout=subprocess.PIPE, text=True)
-    time.sleep(1.5)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=10)
+    first = []
+    try:
+        deadline = time.time() + 30
+        while len(first) < 4 and time.time() < deadline:
+            r, _, _ = select.select([proc.stdout], [], [], 1)
+            if r:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                first.append(line)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
     assert proc.returncode == -signal.SIGINT
-    assert len(out.splitlines()) >= 4 and all("0/5 done" in l for l in out.splitlines())
+    lines = first + out.splitlines(True)
+    assert len(lines) >= 4 and all("0/5 done" in l for l in lines), lines
 
 
 def read_pty(master, proc, timeout):
