@@ -511,13 +511,24 @@ def test_redis_silent_mid_batch(stack):
     reply, reconnects and sends the commands again once Redis answers; every
     job ends exactly once."""
     w = stack.start_worker("--set", "llm.max_inflight=32")
-    jobs = mixed_jobs(uid("silent"), 200, latency=50)
+    jobs = mixed_jobs(uid("silent"), 200, latency=100)
     ids = [j["job_id"] for j in jobs]
     stack.produce_jobs(jobs)
-    time.sleep(4)
+    # mid-batch by its progress, not by the clock (the first join alone
+    # takes 3 s), so that commands are in flight when Redis goes silent
+    r = stack.redis_client()
+    deadline = time.time() + 60
+    while ended(r, ids) < 10:
+        assert time.time() < deadline, "the worker finished no job"
+        time.sleep(0.05)
+    at_stop = ended(r, ids)
     stack.redis.send_signal(signal.SIGSTOP)
-    time.sleep(8)
-    stack.redis.send_signal(signal.SIGCONT)
+    try:
+        assert at_stop < len(ids), at_stop
+        # silent until the worker has given the connection up
+        stack.wait_log(w.name, "no reply for", timeout=20)
+    finally:
+        stack.redis.send_signal(signal.SIGCONT)
     check_exactly_once(stack, ids)
     log = stack.worker_log(w.name)
     assert "no reply for" in log and "reconnecting" in log
