@@ -598,7 +598,8 @@ def test_a_reset_redis_connection_is_noticed_at_once(stack):
         stack.produce_jobs([job(before)])
         stack.wait_outcomes([before])
         assert proxy.reset() == 1
-        deadline = time.time() + 2
+        # well under the reply watch's 5 s after the next command
+        deadline = time.time() + 4
         while time.time() < deadline and "disconnected" not in stack.worker_log(w.name):
             time.sleep(0.05)
         log = stack.worker_log(w.name)
