@@ -311,12 +311,17 @@ def test_a_late_outcome_of_a_run_reset_by_resubmit_is_dropped(stack):
     assert stack.stop_worker(w) == 0
 
 
-def repair_at_call(stack, attempt, prefix, *args, name=None):
+def slow_calls(latency_ms):
+    """Worker settings for LLM calls of latency_ms: a timeout well past it."""
+    return ("--set", "llm.timeout_ms=%d" % (latency_ms + 10000)) if latency_ms > 2500 else ()
+
+
+def repair_at_call(stack, attempt, prefix, *args, name=None, latency_ms=1500):
     """A worker (retry.local) and a job whose attempt 1 fails; returns them
-    once `attempt` has called the LLM (1.5 s a call)."""
-    w = stack.start_worker(*args, name=name)
+    once `attempt` has called the LLM (latency_ms a call)."""
+    w = stack.start_worker(*(slow_calls(latency_ms) + args), name=name)
     jid = uid(prefix)
-    stack.produce_jobs([job(jid, directive="defect=missing_field until=1 latency_ms=1500")])
+    stack.produce_jobs([job(jid, directive="defect=missing_field until=1 latency_ms=%d" % latency_ms)])
     key = "%s:%d" % (jid, attempt)
     deadline = time.time() + 30
     while time.time() < deadline and not stack.llm_stats()["calls"].get(key):
@@ -325,9 +330,14 @@ def repair_at_call(stack, attempt, prefix, *args, name=None):
     return w, jid
 
 
+KILL_LATENCY_MS = 5000
+
+
 def local_attempt_2(stack, name, *args):
-    """repair_at_call's attempt 2, on a worker with a lease of 2 s."""
-    return repair_at_call(stack, 2, name + "-kill", "--set", "worker.lease_ms=2000", *args, name=name)
+    """repair_at_call's attempt 2, on a worker with a lease of 2 s; its
+    calls take 5 s, so that the test's kill lands in attempt 2's."""
+    return repair_at_call(stack, 2, name + "-kill", "--set", "worker.lease_ms=2000", *args, name=name,
+                          latency_ms=KILL_LATENCY_MS)
 
 
 def check_attempt_2_taken_over(stack, jid, dead, name):
@@ -335,7 +345,7 @@ def check_attempt_2_taken_over(stack, jid, dead, name):
     ends the job: one outcome, attempt 1 paid once, attempt 2 twice (the
     dead worker's call was lost with it).  Returns the history and that
     worker's log."""
-    w2 = stack.start_worker(name=name)
+    w2 = stack.start_worker(*slow_calls(KILL_LATENCY_MS), name=name)
     outs = check_exactly_once(stack, [jid])
     (final,) = [m["value"] for m in outs if m["value"]["job_id"] == jid]
     assert final["attempts"] == 2
