@@ -450,8 +450,9 @@ def test_a_repair_started_before_its_attempt_was_refused_is_dropped_too(stack):
     (counted skipped once), its slot and attempt 1's are free again, and the
     worker goes on.  The cost: attempt 2's call, started early, is paid."""
     port = free_port()
+    # attempt 1's call (4 s) must still run when the owner is rewritten
     w, jid = repair_at_call(stack, 1, "refused", "--set", "metrics.port=%d" % port,
-                            "--set", "metrics.host=127.0.0.1")
+                            "--set", "metrics.host=127.0.0.1", latency_ms=4000)
     # another worker takes attempt 1 over (as after a lapsed lease)
     r = stack.redis_client()
     r.hset("retort:job:{%s}" % jid, "owner", "thief:0000beef:1")
@@ -459,14 +460,19 @@ def test_a_repair_started_before_its_attempt_was_refused_is_dropped_too(stack):
     deadline = time.time() + 30
     refused = []
     while time.time() < deadline and len(refused) < 2:
-        lines = [json.loads(l) for l in stack.worker_log(w.name).splitlines() if l.startswith("{")]
-        refused = [l for l in lines if l.get("job_id") == jid and "taken over by another worker" in l["msg"]]
+        refused = [l for l in stack.log_lines(w.name)
+                   if l.get("job_id") == jid and "taken over by another worker" in l["msg"]]
         time.sleep(0.05)
     assert [l["attempt"] for l in refused] == [1, 2], refused
     assert stack.llm_stats()["calls"].get(jid + ":2") == 1
     assert r.hgetall("retort:job:{%s}" % jid)["owner"] == "thief:0000beef:1"
-    time.sleep(0.5)
-    samples, _ = scrape_metrics(port)
+    deadline = time.time() + 10
+    while True:
+        samples, _ = scrape_metrics(port)
+        if samples[("retort_inflight_jobs", ())] == 0 and \
+                samples[("retort_jobs_total", (("outcome", "skipped"),))] >= 1 or time.time() > deadline:
+            break
+        time.sleep(0.1)
     assert samples[("retort_inflight_jobs", ())] == 0, samples
     assert samples[("retort_jobs_total", (("outcome", "skipped"),))] == 1, samples
     # the worker goes on
