@@ -31,7 +31,7 @@ def test_rpm_is_shared_by_all_processes(stack):
 
 
 def test_429_lowers_concurrency_and_retry_after_pauses(stack):
-    """8 jobs answered 429 with Retry-After: 4 s: the worker halves its
+    """8 jobs answered 429 with Retry-After: 8 s: the worker halves its
     concurrency limit (16 -> 8, once for a burst; again for 429s a second
     later, when the pause held some of the 8 back) and pauses the
     endpoint.  24 clean jobs that come meanwhile are not called before
@@ -40,9 +40,11 @@ def test_429_lowers_concurrency_and_retry_after_pauses(stack):
     16 would have."""
     # (worker.max_jobs: room to hold all 32 jobs at once)
     w = stack.start_worker("--set", "llm.max_inflight=16", "--set", "worker.max_jobs=40",
-                           "--set", "llm.backoff_max_ms=5000")
+                           "--set", "llm.backoff_max_ms=10000")
     ids = ["aimd-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(8)]
-    stack.produce_jobs([job(j, directive="http=429 times=1 retry_after=4") for j in ids])
+    # (a pause long enough for the test to see the 429s and produce the
+    # clean jobs, and the worker to fetch them, within it on a slow machine)
+    stack.produce_jobs([job(j, directive="http=429 times=1 retry_after=8") for j in ids])
     deadline = time.time() + 30
     while stack.llm_stats()["by_status"].get("429", 0) < 8:
         assert time.time() < deadline, stack.llm_stats()
@@ -59,7 +61,7 @@ def test_429_lowers_concurrency_and_retry_after_pauses(stack):
     assert all(calls["%s:1" % j] == 1 for j in clean)
     times = stack.llm_times()
     last_429 = max(times["%s:1" % j][0][0] for j in ids)
-    pause_end = last_429 + 4.0   # at the earliest: the pause starts when the 429 is read
+    pause_end = last_429 + 8.0   # at the earliest: the pause starts when the 429 is read
     # the clean jobs were taken while the pause was on (else it proves nothing) ...
     received = [_wall(r["received_at"]) for r in _history(stack, clean)]
     assert max(received) < pause_end - 0.5, (max(received) - last_429)
