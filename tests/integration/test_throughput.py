@@ -194,9 +194,11 @@ def test_hundreds_of_calls_in_flight_in_one_process(stack):
     """600 slow calls at once from one worker: more than one curl lane (64
     calls each) is busy at the same time, and every job still gets exactly
     one call and one outcome."""
-    stack.start_worker("--set", "llm.max_inflight=600")
+    # 6 s calls: 400 of them overlap even when a slow machine takes a few
+    # seconds to fetch and start the 600 (llm.timeout_ms past the latency)
+    stack.start_worker("--set", "llm.max_inflight=600", "--set", "llm.timeout_ms=20000")
     ids = ["lanes-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(600)]
-    stack.produce_jobs([job(j, directive="latency_ms=2500") for j in ids])
+    stack.produce_jobs([job(j, directive="latency_ms=6000") for j in ids])
     peak = peak_llm_calls(stack, 600, every=0.05)
     check_exactly_once(stack, ids)
     assert 400 <= peak <= 600, peak
