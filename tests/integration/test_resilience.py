@@ -50,6 +50,17 @@ def ended(r, ids):
     return sum(st in ("final", "escalated") for st in p.execute())
 
 
+def mid_batch(r, ids, done=10):
+    """Waits until at least done of ids have ended (by the batch's
+    progress, not the clock: the first group join alone takes 3 s);
+    returns how many have."""
+    deadline = time.time() + 60
+    while ended(r, ids) < done:
+        assert time.time() < deadline, "the worker finished no job"
+        time.sleep(0.05)
+    return ended(r, ids)
+
+
 def mixed_jobs(prefix, n, latency=60):
     jobs = []
     for i in range(n):
@@ -497,20 +508,13 @@ def test_redis_restart_mid_batch(stack):
     ids = [j["job_id"] for j in jobs]
     stack.produce_jobs(jobs)
     r = stack.redis_client()
-    deadline = time.time() + 60
-    while ended(r, ids) < 10:
-        assert time.time() < deadline, "the worker finished no job"
-        time.sleep(0.05)
-    at_stop = ended(r, ids)
+    at_stop = mid_batch(r, ids)
     stack.stop_redis()
     assert 0 < at_stop < len(ids), at_stop
     # the jobs in flight when Redis went away wait for it
     samples, _ = scrape_metrics(port)
     assert samples[("retort_inflight_jobs", ())] > 0, "no job in flight when Redis stopped"
-    deadline = time.time() + 20
-    while "redis unavailable" not in stack.worker_log(w.name):
-        assert time.time() < deadline, "the worker did not notice Redis going away"
-        time.sleep(0.1)
+    stack.wait_log(w.name, "redis unavailable", timeout=20)
     time.sleep(2)
     assert w.poll() is None, "the worker must survive Redis going away"
     stack.start_redis()
@@ -533,11 +537,7 @@ def test_redis_silent_mid_batch(stack):
     # mid-batch by its progress, not by the clock (the first join alone
     # takes 3 s), so that commands are in flight when Redis goes silent
     r = stack.redis_client()
-    deadline = time.time() + 60
-    while ended(r, ids) < 10:
-        assert time.time() < deadline, "the worker finished no job"
-        time.sleep(0.05)
-    at_stop = ended(r, ids)
+    at_stop = mid_batch(r, ids)
     stack.redis.send_signal(signal.SIGSTOP)
     try:
         assert at_stop < len(ids), at_stop
