@@ -92,6 +92,7 @@ static const cfg_def cfg_defs[] = {
     I("worker.lease_ms", "5000", 1000, 600000, "this process's lease in Redis, renewed three times a lease: while it holds, other workers wait for the attempts it runs instead of calling the LLM for them again; a dead worker's attempts are taken over once it lapses"),
     I("worker.takeover_after_ms", "600000", 0, 86400000, "how long a message waits for an attempt of its job that a live worker holds before taking it over anyway"),
     I("worker.max_jobs", "0", 0, 200000, "jobs held per worker process: LLM calls and the Redis, validation and producing around them (0: llm.max_inflight plus a quarter; never fewer than llm.max_inflight)"),
+    I("worker.max_delivering", "0", 0, 1000000, "jobs whose outcome waits only for Kafka's delivery report hold no job slot: at most worker.max_jobs + this many jobs live (0: worker.max_jobs)"),
     I("metrics.port", "0", 0, 65535, "port of /metrics, /healthz and /readyz (0: off); worker N of --processes uses port + N"),
     S("metrics.host", "0.0.0.0", "address the metrics server listens on"),
     E("log.level", "info", "debug|info|warn|error", "log level"),

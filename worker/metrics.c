@@ -125,8 +125,12 @@ void metrics_render(const metrics *m, sbuf *b) {
                 (unsigned long long)m->inline_entries, (unsigned long long)m->inline_bytes);
     histogram(b, "retort_llm_latency_seconds", "Latency of one LLM call.", &m->llm_latency);
     histogram(b, "retort_job_latency_seconds", "From an attempt's start to its outcome, LLM included.", &m->job_latency);
-    sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now.\n# TYPE retort_inflight_jobs gauge\n"
-                   "retort_inflight_jobs %lld\n", (long long)m->inflight);
+    sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now, in a job slot (at most worker.max_jobs).\n"
+                   "# TYPE retort_inflight_jobs gauge\nretort_inflight_jobs %lld\n"
+                   "# HELP retort_delivering_jobs Jobs whose outcome waits only for Kafka's delivery report "
+                   "(they hold no job slot; at most worker.max_delivering).\n"
+                   "# TYPE retort_delivering_jobs gauge\nretort_delivering_jobs %lld\n",
+                (long long)m->inflight, (long long)m->delivering);
     sbuf_printf(b, "# HELP retort_llm_inflight_calls LLM calls started and not yet answered (at most llm.max_inflight).\n"
                    "# TYPE retort_llm_inflight_calls gauge\nretort_llm_inflight_calls %lld\n", (long long)m->llm_inflight);
     sbuf_printf(b, "# HELP retort_consumer_lag_messages Messages of the assigned partitions not yet consumed.\n"

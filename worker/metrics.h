@@ -46,7 +46,8 @@ typedef struct metrics {
     uint64_t inline_entries, inline_bytes; /* kept compiled now, and their memory (schema_cache) */
     metrics_histogram llm_latency;     /* one LLM call */
     metrics_histogram job_latency;     /* first attempt start to outcome, per attempt */
-    int64_t inflight;
+    int64_t inflight;                  /* jobs holding a slot (at most worker.max_jobs) */
+    int64_t delivering;                /* jobs waiting only for their outcome's delivery report */
     int64_t llm_inflight;              /* LLM calls started and not answered */
     int64_t consumer_lag;              /* -1: unknown */
     int ready_kafka, ready_redis, ready_llm;

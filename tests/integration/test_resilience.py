@@ -834,6 +834,46 @@ def test_a_repair_starts_before_the_retry_jobs_delivery_report(control_stack):
     assert "delivery to" not in log, log[-2000:]
 
 
+def test_outcomes_waiting_for_their_delivery_hold_no_job_slot(control_stack):
+    """A job whose outcome is with the producer has nothing left but its
+    delivery report: it gives its job slot back then, so that the
+    producer's linger and the broker's acknowledgement do not bound the
+    rate (with instant answers they were most of a job's time in its
+    slot).  The jobs live are still bounded, by worker.max_jobs +
+    worker.max_delivering; they are drained, and each ends once.  Here the
+    broker answers the worker's first produce request 6 s late: meanwhile
+    the worker calls the LLM for 2 + 5 jobs, and for no more."""
+    stack = control_stack
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                           "--set", "llm.max_inflight=2", "--set", "worker.max_jobs=2",
+                           "--set", "worker.max_delivering=5")
+    wait_metrics(port, w)
+    ids = [uid("dlv") for _ in range(16)]
+    stack.produce_jobs([job(j, directive="latency_ms=100") for j in ids])
+    # the next produce request is the worker's (it joins its group first)
+    stack.kafka_control("delay 1 Produce 6000")
+    final = ("retort_jobs_total", (("outcome", "final"),))
+    seen = []  # (slots, delivering, calls) while no delivery report has come
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        s, _ = scrape_metrics(port)
+        calls = sum(stack.llm_stats()["calls"].values())
+        if s.get(final, 0):
+            break
+        seen.append((s[("retort_inflight_jobs", ())], s[("retort_delivering_jobs", ())], calls))
+        time.sleep(0.05)
+    assert seen and max(x[0] for x in seen) <= 2, seen
+    # every job in a slot ended and waits for its report: 7 live, no slot held
+    assert (0, 7, 7) in seen, seen[-5:]
+    assert max(x[2] for x in seen) == 7, seen[-5:]
+    check_exactly_once(stack, ids)
+    s, _ = scrape_metrics(port)
+    assert s[("retort_delivering_jobs", ())] == 0 and s[final] == len(ids)
+    assert sum(stack.llm_stats()["calls"].values()) == len(ids)
+    assert stack.stop_worker(w) == 0
+
+
 def test_token_budget_and_deadline(stack):
     stack.start_worker()
     a, b = uid("budget"), uid("deadline")
