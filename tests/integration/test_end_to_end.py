@@ -73,7 +73,7 @@ def test_valid_first_time(stack, envelopes):
     w = stack.start_worker()
     jid = uid("ok")
     stack.produce_jobs([job(jid, metadata={"tenant": "t1"}, batch_id="b1")])
-    outs = stack.wait_outcomes([jid])
+    stack.wait_outcomes([jid])
     finals = by_job(stack.consume("retort.final"), jid)
     assert len(finals) == 1 and not by_job(stack.consume("retort.escalations"), jid)
     ev = finals[0]["value"]

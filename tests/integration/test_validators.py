@@ -7,7 +7,7 @@ import subprocess
 import threading
 import uuid
 
-from stack import BUILD, REPO, chat_completion, job, send_json
+from stack import REPO, chat_completion, job, send_json
 
 
 def uid(prefix):

@@ -162,16 +162,23 @@ static void test_a_lowered_limit_holds_its_lane(void **state) {
     llm_gate_free(g);
 }
 
+/* A gate of 8 calls whose lane "model-a" a 429 at 1000 ms paused for
+ * retry_after_ms: a[0]'s call, its only one, has left. */
+static llm_gate *paused_gate(rec *r, call *a, long retry_after_ms) {
+    llm_gate *g = gate(r, 8, 1);
+    push(g, a, 1, "model-a");
+    llm_gate_pump(g, 1000);
+    llm_gate_leave(g, &a[0].node, 429, retry_after_ms, 1000, NULL, NULL);
+    return g;
+}
+
 /* A Retry-After pauses its model's lane only: another model's calls start
  * meanwhile, and the pump says when to come back. */
 static void test_retry_after_pauses_that_model_only(void **state) {
     (void)state;
     rec r;
-    llm_gate *g = gate(&r, 8, 1);
     call a[4], b[4];
-    push(g, a, 1, "model-a");
-    llm_gate_pump(g, 1000);
-    llm_gate_leave(g, &a[0].node, 429, 3000, 1000, NULL, NULL);
+    llm_gate *g = paused_gate(&r, a, 3000);
     push(g, a + 1, 3, "model-a");
     push(g, b, 4, "model-b");
     assert_int_equal(llm_gate_pump(g, 1200), 2800); /* back when a's pause ends */
@@ -184,18 +191,12 @@ static void test_retry_after_pauses_that_model_only(void **state) {
     llm_gate_free(g);
 
     /* capped by max_pause_ms (5000 here) */
-    g = gate(&r, 8, 1);
-    push(g, a, 1, "model-a");
-    llm_gate_pump(g, 1000);
-    llm_gate_leave(g, &a[0].node, 429, 600000, 1000, NULL, NULL);
+    g = paused_gate(&r, a, 600000);
     push(g, a + 1, 1, "model-a");
     assert_int_equal(llm_gate_pump(g, 1000), 5000);
     llm_gate_free(g);
     /* a pause with nothing waiting in it needs no wakeup */
-    g = gate(&r, 8, 1);
-    push(g, a, 1, "model-a");
-    llm_gate_pump(g, 1000);
-    llm_gate_leave(g, &a[0].node, 429, 3000, 1000, NULL, NULL);
+    g = paused_gate(&r, a, 3000);
     assert_int_equal(llm_gate_pump(g, 1000), 0);
     llm_gate_free(g);
 }
