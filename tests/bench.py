@@ -711,11 +711,12 @@ def run_scenario(sc):
         # than 3/4 of llm.max_inflight jobs were in flight; about 0 when the
         # worker keeps itself busy.
         cap = max_inflight_of(sc)
-        backlog = [(inf, lag) for _, inf, lag in sampler.gauges if lag > 0]
+        backlog = [(inf, lag) for _, inf, lag, _ in sampler.gauges if lag > 0]
         starved = [1 for inf, _ in backlog if inf < cap * 3 / 4]
         res["metrics_samples"] = len(sampler.gauges)
         res["starved_pct"] = round(100.0 * len(starved) / len(backlog), 1) if backlog else None
-        res["inflight_peak_metrics"] = int(max((inf for _, inf, _ in sampler.gauges), default=0))
+        # every job the worker holds: in a slot or waiting for its report
+        res["inflight_peak_metrics"] = int(max((inf + dlv for _, inf, _, dlv in sampler.gauges), default=0))
         res["inflight_peak_jobs"] = peak_overlap(intervals)
         res["inflight_peak_llm_calls"] = sampler.suspended_max if sc.get("latency_ms") else None
         res["inflight_peak"] = max(res["inflight_peak_jobs"], sampler.suspended_max, res["inflight_peak_metrics"])

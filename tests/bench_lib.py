@@ -449,7 +449,10 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.stack, self.pid, self.llm_every, self.period = stack, pid, llm_every, period
         self.metrics_url = metrics_url
-        self.gauges = []          # (time, retort_inflight_jobs, retort_consumer_lag_messages)
+        # (time, retort_inflight_jobs, retort_consumer_lag_messages,
+        #  retort_delivering_jobs): jobs in a slot, and those waiting only
+        #  for their outcome's delivery report
+        self.gauges = []
         self.stop_ev = threading.Event()
         self.rss_max_kb = 0
         self.suspended_max = 0
@@ -469,7 +472,8 @@ class Sampler(threading.Thread):
                 g = read_gauges(self.metrics_url)
                 if g:
                     self.gauges.append((now, g.get("retort_inflight_jobs", 0),
-                                        g.get("retort_consumer_lag_messages", 0)))
+                                        g.get("retort_consumer_lag_messages", 0),
+                                        g.get("retort_delivering_jobs", 0)))
             if self.llm_every and now >= next_llm:
                 next_llm = now + self.llm_every
                 self.fds_max = max(self.fds_max, proc_fds(self.pid))

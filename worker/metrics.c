@@ -128,7 +128,7 @@ void metrics_render(const metrics *m, sbuf *b) {
     sbuf_printf(b, "# HELP retort_inflight_jobs Job messages being handled now, in a job slot (at most worker.max_jobs).\n"
                    "# TYPE retort_inflight_jobs gauge\nretort_inflight_jobs %lld\n"
                    "# HELP retort_delivering_jobs Jobs whose outcome waits only for Kafka's delivery report "
-                   "(they hold no job slot; at most worker.max_delivering).\n"
+                   "(they hold no job slot; the jobs live are at most worker.max_jobs + worker.max_delivering).\n"
                    "# TYPE retort_delivering_jobs gauge\nretort_delivering_jobs %lld\n",
                 (long long)m->inflight, (long long)m->delivering);
     sbuf_printf(b, "# HELP retort_llm_inflight_calls LLM calls started and not yet answered (at most llm.max_inflight).\n"

@@ -32,7 +32,7 @@ def test_metrics_and_health(stack):
         s, types = scrape(port)
         if s.get(("retort_jobs_total", (("outcome", "final"),))) == 11 and \
                 s.get(("retort_jobs_total", (("outcome", "escalated"),))) == 1 and \
-                s.get(("retort_inflight_jobs", ())) == 0:
+                s.get(("retort_inflight_jobs", ())) == 0 and s.get(("retort_delivering_jobs", ())) == 0:
             break
         if time.time() > deadline:
             break                     # the asserts below say what is wrong

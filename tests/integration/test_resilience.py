@@ -666,10 +666,12 @@ def test_broker_errors_lose_nothing(control_stack):
     r = stack.redis_client()
 
     def progress():
-        """(jobs delivered, decided (in Redis), in flight, produce failures)"""
+        """(jobs delivered, decided (in Redis), in flight (in a slot or
+        waiting for a delivery report), produce failures)"""
         m, _ = scrape_metrics(port)
         return (_metric(m, "retort_jobs_total", ("final", "escalated")), ended(r, ids),
-                m[("retort_inflight_jobs", ())], _metric(m, "retort_produce_failures_total"))
+                m[("retort_inflight_jobs", ())] + m[("retort_delivering_jobs", ())],
+                _metric(m, "retort_produce_failures_total"))
 
     deadline = time.time() + 60
     while True:
@@ -834,6 +836,34 @@ def test_a_repair_starts_before_the_retry_jobs_delivery_report(control_stack):
     assert "delivery to" not in log, log[-2000:]
 
 
+def delivery_gauges(port, want_final):
+    """Waits until every job has left (no job in a slot or waiting for its
+    report) and want_final final events are counted: the counters of the
+    last jobs are written at their reports, which may come just after their
+    events can be read."""
+    deadline = time.time() + 15
+    while True:
+        s, _ = scrape_metrics(port)
+        got = (s[("retort_inflight_jobs", ())], s[("retort_delivering_jobs", ())],
+               s.get(("retort_jobs_total", (("outcome", "final"),)), 0))
+        if got == (0, 0, want_final) or time.time() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def late_acks_worker(stack, max_delivering):
+    """A worker of 2 calls and 2 job slots (and max_delivering), its first
+    produce request answered 6 s late (the jobs are on the topic already:
+    the next produce request is the worker's); (worker, metrics port)."""
+    stack.kafka_control("delay 1 Produce 6000")
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                           "--set", "llm.max_inflight=2", "--set", "worker.max_jobs=2",
+                           "--set", "worker.max_delivering=%d" % max_delivering)
+    wait_metrics(port, w)
+    return w, port
+
+
 def test_outcomes_waiting_for_their_delivery_hold_no_job_slot(control_stack):
     """A job whose outcome is with the producer has nothing left but its
     delivery report: it gives its job slot back then, so that the
@@ -844,21 +874,17 @@ def test_outcomes_waiting_for_their_delivery_hold_no_job_slot(control_stack):
     broker answers the worker's first produce request 6 s late: meanwhile
     the worker calls the LLM for 2 + 5 jobs, and for no more."""
     stack = control_stack
-    port = free_port()
-    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
-                           "--set", "llm.max_inflight=2", "--set", "worker.max_jobs=2",
-                           "--set", "worker.max_delivering=5")
-    wait_metrics(port, w)
     ids = [uid("dlv") for _ in range(16)]
     stack.produce_jobs([job(j, directive="latency_ms=100") for j in ids])
-    # the next produce request is the worker's (it joins its group first)
-    stack.kafka_control("delay 1 Produce 6000")
+    w, port = late_acks_worker(stack, 5)
     final = ("retort_jobs_total", (("outcome", "final"),))
     seen = []  # (slots, delivering, calls) while no delivery report has come
     deadline = time.time() + 30
     while time.time() < deadline:
-        s, _ = scrape_metrics(port)
+        # the calls first: one past the 7th needs a report, which the
+        # scrape after it then shows
         calls = sum(stack.llm_stats()["calls"].values())
+        s, _ = scrape_metrics(port)
         if s.get(final, 0):
             break
         seen.append((s[("retort_inflight_jobs", ())], s[("retort_delivering_jobs", ())], calls))
@@ -868,9 +894,37 @@ def test_outcomes_waiting_for_their_delivery_hold_no_job_slot(control_stack):
     assert (0, 7, 7) in seen, seen[-5:]
     assert max(x[2] for x in seen) == 7, seen[-5:]
     check_exactly_once(stack, ids)
-    s, _ = scrape_metrics(port)
-    assert s[("retort_delivering_jobs", ())] == 0 and s[final] == len(ids)
+    assert delivery_gauges(port, len(ids)) == (0, 0, len(ids))
     assert sum(stack.llm_stats()["calls"].values()) == len(ids)
+    assert stack.stop_worker(w) == 0
+
+
+def test_repairs_and_dead_letters_waiting_for_their_delivery(control_stack):
+    """The same with the other ways a job ends: a repair run here
+    (retry.local: its failed attempt waits for its retry job's report as a
+    shadow, which gives its slot back too), an escalation and a dead
+    letter, all under a 6 s late produce answer.  The counts come back to
+    nothing (a job counted twice or never would leave the gauges off, or
+    hang the drain), and each job ends once."""
+    stack = control_stack
+    ids = [uid("dlr") for _ in range(6)]
+    jobs = [job(j, directive="latency_ms=100") for j in ids[:3]] + \
+           [job(ids[3], directive="defect=wrong_type until=1"), job(ids[4], directive="defect=wrong_type until=1"),
+            job(ids[5], directive="defect=refusal")]
+    stack.produce_jobs(jobs)
+    dead = uid("dead")
+    stack.produce("retort.jobs", [(dead, b"{not json")])
+    w, port = late_acks_worker(stack, 3)
+    outs = check_exactly_once(stack, ids)
+    by_id = {m["value"]["job_id"]: m["value"] for m in outs}
+    assert by_id[ids[3]]["attempts"] == 2 and by_id[ids[4]]["attempts"] == 2
+    escs = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == ids[5]]
+    assert len(escs) == 1 and escs[0]["category"] == "refusal", escs
+    deadline = time.time() + 30
+    while not [m for m in stack.consume("retort.dlq") if m["key"] == dead]:
+        assert time.time() < deadline, "no dead letter"
+        time.sleep(0.2)
+    assert delivery_gauges(port, 5) == (0, 0, 5)
     assert stack.stop_worker(w) == 0
 
 
