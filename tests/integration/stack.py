@@ -81,6 +81,24 @@ def wait_metrics(port, proc=None, timeout=30):
             time.sleep(0.1)
 
 
+def settle_metrics(port, settled, timeout=15):
+    """Scrapes /metrics until settled(samples) holds or timeout seconds pass,
+    and returns the last scrape: a job's counters and gauges are written at
+    its delivery report, which may come just after its event can be read.
+    The caller's asserts say what is wrong if it never settled."""
+    deadline = time.time() + timeout
+    while True:
+        samples, types = scrape_metrics(port)
+        if settled(samples) or time.time() > deadline:
+            return samples, types
+        time.sleep(0.1)
+
+
+def jobs_gone(samples):
+    """No job in a slot and none waiting for its delivery report."""
+    return samples.get(("retort_inflight_jobs", ())) == 0 and samples.get(("retort_delivering_jobs", ())) == 0
+
+
 def send_json(handler, status, obj, headers=()):
     """Answers an http.server request with obj as JSON (tests' own LLMs)."""
     out = json.dumps(obj).encode()

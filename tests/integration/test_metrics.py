@@ -5,7 +5,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from stack import free_port, job, scrape_metrics as scrape, wait_metrics
+from stack import free_port, job, jobs_gone, scrape_metrics as scrape, settle_metrics, wait_metrics
 
 
 def get(port, path):
@@ -26,17 +26,9 @@ def test_metrics_and_health(stack):
            [job(ids[11], directive="defect=refusal")]
     stack.produce_jobs(jobs)
     stack.wait_outcomes(ids)
-    # the counters of the last jobs may be written just after their events
-    deadline = time.time() + 15
-    while True:
-        s, types = scrape(port)
-        if s.get(("retort_jobs_total", (("outcome", "final"),))) == 11 and \
-                s.get(("retort_jobs_total", (("outcome", "escalated"),))) == 1 and \
-                s.get(("retort_inflight_jobs", ())) == 0 and s.get(("retort_delivering_jobs", ())) == 0:
-            break
-        if time.time() > deadline:
-            break                     # the asserts below say what is wrong
-        time.sleep(0.1)
+    s, types = settle_metrics(port, lambda s: jobs_gone(s) and
+                              s.get(("retort_jobs_total", (("outcome", "final"),))) == 11 and
+                              s.get(("retort_jobs_total", (("outcome", "escalated"),))) == 1)
     assert types["retort_jobs_total"] == "counter" and types["retort_llm_latency_seconds"] == "histogram"
     assert s[("retort_jobs_total", (("outcome", "final"),))] == 11
     assert s[("retort_jobs_total", (("outcome", "retry"),))] == 3

@@ -19,7 +19,8 @@ import uuid
 
 import pytest
 
-from stack import BUILD, Stack, build_preload, free_port, job, proc_cpu_s, scrape_metrics, wait_metrics
+from stack import (BUILD, Stack, build_preload, free_port, job, jobs_gone, proc_cpu_s, scrape_metrics,
+                   settle_metrics, wait_metrics)
 
 
 def uid(prefix):
@@ -837,18 +838,13 @@ def test_a_repair_starts_before_the_retry_jobs_delivery_report(control_stack):
 
 
 def delivery_gauges(port, want_final):
-    """Waits until every job has left (no job in a slot or waiting for its
-    report) and want_final final events are counted: the counters of the
-    last jobs are written at their reports, which may come just after their
-    events can be read."""
-    deadline = time.time() + 15
-    while True:
-        s, _ = scrape_metrics(port)
-        got = (s[("retort_inflight_jobs", ())], s[("retort_delivering_jobs", ())],
-               s.get(("retort_jobs_total", (("outcome", "final"),)), 0))
-        if got == (0, 0, want_final) or time.time() > deadline:
-            return got
-        time.sleep(0.1)
+    """(jobs in slots, jobs waiting for their reports, final events counted)
+    once every job has left and want_final final events are counted, or
+    as they stand when that never comes."""
+    s, _ = settle_metrics(port, lambda s: jobs_gone(s) and
+                          s.get(("retort_jobs_total", (("outcome", "final"),)), 0) == want_final)
+    return (s[("retort_inflight_jobs", ())], s[("retort_delivering_jobs", ())],
+            s.get(("retort_jobs_total", (("outcome", "final"),)), 0))
 
 
 def late_acks_worker(stack, max_delivering):
@@ -868,7 +864,7 @@ def test_outcomes_waiting_for_their_delivery_hold_no_job_slot(control_stack):
     """A job whose outcome is with the producer has nothing left but its
     delivery report: it gives its job slot back then, so that the
     producer's linger and the broker's acknowledgement do not bound the
-    rate (with instant answers they were most of a job's time in its
+    rate (with instant answers they were much of a job's time in its
     slot).  The jobs live are still bounded, by worker.max_jobs +
     worker.max_delivering; they are drained, and each ends once.  Here the
     broker answers the worker's first produce request 6 s late: meanwhile
