@@ -489,6 +489,26 @@ static void slot_release(wjob *j) {
     if (j->delivering || (!j->shadow && !j->is_dlq && j->ev_type == EVENT_RETRY && w->retry_local)) return;
     j->delivering = 1;
     w->delivering++;
+    if (j->is_dlq || j->ev_type != EVENT_RETRY) {
+        /* Its event is all a final, escalation or dead letter needs from
+         * here (produced again, cut, posted to the webhook): the answer,
+         * its parsed value, its printed value and the attempt's record
+         * would otherwise wait with it, several times the event's size
+         * (a broker that stalls holds up to worker.max_delivering such
+         * jobs).  A retry job keeps them: a cut rebuilds it from them. */
+        free(j->text);
+        j->text = NULL;
+        jsonin_free(j->value);
+        j->value = NULL;
+        cJSON_Delete(j->violations);
+        j->violations = NULL;
+        free(j->value_text);
+        j->value_text = NULL;
+        j->value_len = 0;
+        free(j->rec);
+        j->rec = NULL;
+        j->rec_len = 0;
+    }
     if (!uv_is_active((uv_handle_t *)&w->resume_timer)) uv_timer_start(&w->resume_timer, resume_timer_cb, 0, 0);
 }
 

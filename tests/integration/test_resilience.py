@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from stack import (BUILD, Stack, build_preload, free_port, job, jobs_gone, proc_cpu_s, scrape_metrics,
-                   settle_metrics, wait_metrics)
+from stack import (BUILD, Stack, build_preload, chat_completion, free_port, job, jobs_gone, proc_cpu_s,
+                   scrape_metrics, send_json, settle_metrics, wait_metrics)
 
 
 def uid(prefix):
@@ -847,15 +847,16 @@ def delivery_gauges(port, want_final):
             s.get(("retort_jobs_total", (("outcome", "final"),)), 0))
 
 
-def late_acks_worker(stack, max_delivering):
-    """A worker of 2 calls and 2 job slots (and max_delivering), its first
-    produce request answered 6 s late (the jobs are on the topic already:
-    the next produce request is the worker's); (worker, metrics port)."""
+def late_acks_worker(stack, max_delivering, *args, env=None):
+    """A worker of 2 calls and 2 job slots (and max_delivering, then args),
+    its first produce request answered 6 s late (the jobs are on the topic
+    already: the next produce request is the worker's); (worker, metrics
+    port)."""
     stack.kafka_control("delay 1 Produce 6000")
     port = free_port()
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
                            "--set", "llm.max_inflight=2", "--set", "worker.max_jobs=2",
-                           "--set", "worker.max_delivering=%d" % max_delivering)
+                           "--set", "worker.max_delivering=%d" % max_delivering, *args, env=env)
     wait_metrics(port, w)
     return w, port
 
@@ -922,6 +923,65 @@ def test_repairs_and_dead_letters_waiting_for_their_delivery(control_stack):
         time.sleep(0.2)
     assert delivery_gauges(port, 5) == (0, 0, 5)
     assert stack.stop_worker(w) == 0
+
+
+def test_outcomes_waiting_for_their_delivery_hold_only_their_events(control_stack):
+    """A job waiting for its report needs only its event: it gives back the
+    answer, its parsed value, the value printed and the attempt's record,
+    several times the event's size, which a stalled broker would otherwise
+    hold for up to worker.max_delivering jobs.  Here 8 answers of 9,000
+    JSON nodes (70 KB) wait 6 s for the broker.  The heap the worker holds
+    for them, as its allocator counts it (tests/preload_heap.c), is at
+    most 5 times their final events (the worker's copy, the producer's
+    and its request's; measured 3x); it was 23x."""
+    stack = control_stack
+    answer = json.dumps({"rows": [{"id": i, "name": "item-%d" % i, "tags": ["a", "b"]} for i in range(1500)]},
+                        separators=(",", ":"))
+
+    class Big(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            send_json(self, 200, chat_completion(answer))
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    heap_file = os.path.join(stack.dir, "heap.txt")
+
+    def heap():
+        with open(heap_file) as f:
+            return int(f.read())
+
+    try:
+        ids = [uid("mem") for _ in range(8)]
+        stack.produce_jobs([job(j, schema={"type": "object"}) for j in ids])
+        w, port = late_acks_worker(stack, 6, "--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+                                   env={"LD_PRELOAD": build_preload("preload_heap", stack.dir),
+                                        "PRELOAD_HEAP_FILE": heap_file})
+        final = ("retort_jobs_total", (("outcome", "final"),))
+        stalled = []
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            s, _ = scrape_metrics(port)
+            if s.get(final, 0):
+                break
+            if (s[("retort_inflight_jobs", ())], s[("retort_delivering_jobs", ())]) == (0, 8):
+                stalled.append(heap())
+            time.sleep(0.05)
+        assert stalled, "the 8 jobs never all waited for their reports together"
+        outs = check_exactly_once(stack, ids)
+        assert delivery_gauges(port, 8) == (0, 0, 8)
+        events = sum(len(json.dumps(m["value"], separators=(",", ":"))) for m in outs)
+        assert events > 8 * len(answer)
+        # from the first look at all 8 waiting: the producer's requests,
+        # built later during the stall, are librdkafka's
+        held = min(stalled) - heap()
+        assert 0 < held <= 5 * events, "held %d bytes for %d bytes of events (%.1fx)" % (held, events, held / events)
+        assert stack.stop_worker(w) == 0
+    finally:
+        srv.shutdown()
 
 
 def test_token_budget_and_deadline(stack):
