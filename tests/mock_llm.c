@@ -80,6 +80,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -2844,6 +2846,57 @@ static enum MHD_Result handle_complete(req *r, const char *method, const char *u
     return send_answer(r, method, url);
 }
 
+/* MHD 0.9.75's epoll loop takes events 128 at a time and, when it gets
+ * exactly 128, calls epoll_wait again, with the same timeout, before
+ * handling any of them.  With exactly 128 clients each waiting for its
+ * answer and nothing else to come, that second wait never ends: the 128
+ * requests stay unread (a worker with llm.max_inflight=128 had every call
+ * time out, in a quarter of its runs).  The loop skips events whose
+ * data.ptr is NULL, so an eventfd of ours in its epoll set, written every
+ * 5 ms by a thread of its own (edge-triggered, never read: each write is
+ * one event), ends such a wait.  (A periodic timerfd would not do: unread,
+ * it fires once.)  Single-threaded daemons only: a pool's threads keep
+ * their epoll sets to themselves. */
+static int g_unstick_fd = -1;
+
+static void *unstick_main(void *arg)
+{
+    struct timespec every = {0, 5000000};
+    uint64_t one = 1;
+
+    (void)arg;
+    while (!atomic_load(&g_stopping)) {
+        nanosleep(&every, NULL);
+        if (write(g_unstick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            break;
+    }
+    return NULL;
+}
+
+/* 0 when the wake-ups run; -1 when they could not be set up (the daemon
+ * then runs as before). */
+static int epoll_unstick(struct MHD_Daemon *d, pthread_t *thread)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
+    struct epoll_event ev;
+
+    if (!info || info->epoll_fd < 0)
+        return -1;
+    g_unstick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (g_unstick_fd < 0)
+        return -1;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN | EPOLLET;
+    ev.data.ptr = NULL;
+    if (epoll_ctl(info->epoll_fd, EPOLL_CTL_ADD, g_unstick_fd, &ev) != 0 ||
+        pthread_create(thread, NULL, unstick_main, NULL) != 0) {
+        close(g_unstick_fd);
+        g_unstick_fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -2978,11 +3031,11 @@ int main(int argc, char **argv)
     struct rlimit rl;
     struct MHD_Daemon *d = NULL;
     const union MHD_DaemonInfo *di;
-    pthread_t timer;
+    pthread_t timer, unstick;
     pthread_condattr_t ca;
     sigset_t sigs;
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
-    int i, sig = 0, ipv6 = 0, timer_started = 0;
+    int i, sig = 0, ipv6 = 0, timer_started = 0, unstick_started = 0;
     uint64_t deadline;
     long v;
 
@@ -3084,6 +3137,10 @@ bad:
         fprintf(stderr, "mock-llm: cannot listen on %s:%u\n", g_opt.host, g_opt.port);
         goto stop_timer;
     }
+    if (g_opt.threads <= 1 && epoll_unstick(d, &unstick) == 0)
+        unstick_started = 1;
+    else if (g_opt.threads <= 1)
+        fprintf(stderr, "mock-llm: cannot add the 5 ms wake-up to MHD's epoll set: 128 clients at once may stall it\n");
     di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     if (di)
         g_opt.port = di->port;
@@ -3111,6 +3168,10 @@ stop_timer:
     }
     if (d)
         MHD_stop_daemon(d);
+    if (unstick_started) {
+        pthread_join(unstick, NULL);
+        close(g_unstick_fd);
+    }
     free(g_tm.a);
     stats_reset();
     return d ? 0 : 1;

@@ -3,6 +3,7 @@ import concurrent.futures
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -481,6 +482,59 @@ def test_concurrent_requests_with_latency(base):
     assert all(r[3] >= 0.5 for r in results)
     assert all(is_valid(json.loads(content(r[2])), PRODUCT) for r in results)
     assert total < 10  # 100 x 0.5 s one after the other would take 50 s
+
+
+def read_response(sock):
+    """One HTTP/1.1 response (with Content-Length) from sock: its status."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed before the response"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    length = int(next(v for k, v in (h.split(":", 1) for h in lines[1:]) if k.lower() == "content-length"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed in the body"
+        body += chunk
+    assert len(body) == length, "more than one response"
+    return int(lines[0].split()[1])
+
+
+def test_answers_128_requests_that_arrive_together():
+    """MHD 0.9.75 takes epoll events 128 at a time and, given exactly 128,
+    waits again before handling any: 128 requests that arrived while its
+    thread slept were never read (a worker with llm.max_inflight=128 had
+    all its calls time out).  The mock's 5 ms wake-up ends that wait.
+    Here the mock is stopped while 128 keep-alive clients send."""
+    proc, url = start_mock()
+    host, port = url[len("http://"):].split(":")
+    body = json.dumps(openai("together")).encode()
+    req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+           "Content-Length: %d\r\n\r\n" % (host, len(body))).encode() + body
+    socks = []
+    try:
+        for _ in range(128):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            socks.append(s)
+            s.sendall(req)
+            assert read_response(s) == 200
+        for _ in range(3):
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                for s in socks:
+                    s.sendall(req)
+                time.sleep(0.2)
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+            for s in socks:
+                s.settimeout(5)
+                assert read_response(s) == 200
+    finally:
+        for s in socks:
+            s.close()
+        stop_mock(proc)
 
 
 def test_api_key_checked():
