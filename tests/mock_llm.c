@@ -2858,6 +2858,9 @@ static enum MHD_Result handle_complete(req *r, const char *method, const char *u
  * it fires once.)  Single-threaded daemons only: a pool's threads keep
  * their epoll sets to themselves. */
 static int g_unstick_fd = -1;
+/* Set once MHD_stop_daemon returned: the wake-ups go on through the
+ * shutdown's drain, when every held connection is resumed at once. */
+static atomic_int g_unstick_stop;
 
 static void *unstick_main(void *arg)
 {
@@ -2865,10 +2868,12 @@ static void *unstick_main(void *arg)
     uint64_t one = 1;
 
     (void)arg;
-    while (!atomic_load(&g_stopping)) {
+    while (!atomic_load(&g_unstick_stop)) {
         nanosleep(&every, NULL);
-        if (write(g_unstick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        if (write(g_unstick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+            fprintf(stderr, "mock-llm: the 5 ms wake-up stopped: %s\n", strerror(errno));
             break;
+        }
     }
     return NULL;
 }
@@ -3169,6 +3174,7 @@ stop_timer:
     if (d)
         MHD_stop_daemon(d);
     if (unstick_started) {
+        atomic_store(&g_unstick_stop, 1);
         pthread_join(unstick, NULL);
         close(g_unstick_fd);
     }

@@ -2,9 +2,11 @@
  * (tests/integration/test_resilience.py): how much of the heap the
  * process holds, as its allocator counts it, without asking the worker.
  *   PRELOAD_HEAP_FILE=FILE  rewritten every 10 ms with the bytes the
- *                           program has allocated and not freed, one
- *                           line of fixed width, so a reader never sees
- *                           half of one
+ *                           program has allocated and not freed and the
+ *                           count of writes so far ("BYTES SEQ"), one line
+ *                           of fixed width, so a reader never sees half of
+ *                           one; a reader that waits for SEQ to move on
+ *                           gets a count taken after it looked
  * The worker links tcmalloc: its generic.current_allocated_bytes.  With
  * glibc's malloc: mallinfo2 (chunks in use, mmapped ones too, all arenas).
  * Built by the test: cc -shared -fPIC -o X.so preload_heap.c -ldl */
@@ -31,9 +33,9 @@ static void *heap_watch(void *arg) {
     int fd = (int)(long)arg;
     struct timespec tick = {0, 10 * 1000 * 1000};
     tc_property_fn tc = (tc_property_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
-    for (;;) {
-        char line[32];
-        int n = snprintf(line, sizeof(line), "%20zu\n", heap_in_use(tc));
+    for (unsigned long seq = 1;; seq++) {
+        char line[48];
+        int n = snprintf(line, sizeof(line), "%20zu %20lu\n", heap_in_use(tc), seq);
         if (pwrite(fd, line, (size_t)n, 0) != n) return NULL;
         nanosleep(&tick, NULL);
     }

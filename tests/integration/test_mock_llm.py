@@ -502,12 +502,28 @@ def read_response(sock):
     return int(lines[0].split()[1])
 
 
+def wait_stopped(pid):
+    """Waits until every thread of pid is stopped (a signal's delivery is
+    not its effect: a running thread could still take a request)."""
+    deadline = time.time() + 10
+    while True:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(st == "T" for st in states):
+            return
+        assert time.time() < deadline, "not stopped: %s" % states
+        time.sleep(0.01)
+
+
 def test_answers_128_requests_that_arrive_together():
     """MHD 0.9.75 takes epoll events 128 at a time and, given exactly 128,
     waits again before handling any: 128 requests that arrived while its
     thread slept were never read (a worker with llm.max_inflight=128 had
     all its calls time out).  The mock's 5 ms wake-up ends that wait.
-    Here the mock is stopped while 128 keep-alive clients send."""
+    Here the mock is frozen (SIGSTOP) while 128 keep-alive clients send,
+    so that all 128 requests are waiting when it wakes."""
     proc, url = start_mock()
     host, port = url[len("http://"):].split(":")
     body = json.dumps(openai("together")).encode()
@@ -523,6 +539,7 @@ def test_answers_128_requests_that_arrive_together():
         for _ in range(3):
             os.kill(proc.pid, signal.SIGSTOP)
             try:
+                wait_stopped(proc.pid)
                 for s in socks:
                     s.sendall(req)
                 time.sleep(0.2)
