@@ -15,12 +15,17 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef int (*tc_property_fn)(const char *name, size_t *value);
+
+static atomic_int heap_stop;
+static pthread_t heap_thread;
+static int heap_running;
 
 static size_t heap_in_use(tc_property_fn tc) {
     size_t bytes;
@@ -33,12 +38,13 @@ static void *heap_watch(void *arg) {
     int fd = (int)(long)arg;
     struct timespec tick = {0, 10 * 1000 * 1000};
     tc_property_fn tc = (tc_property_fn)dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty");
-    for (unsigned long seq = 1;; seq++) {
+    for (unsigned long seq = 1; !atomic_load(&heap_stop); seq++) {
         char line[48];
         int n = snprintf(line, sizeof(line), "%20zu %20lu\n", heap_in_use(tc), seq);
         if (pwrite(fd, line, (size_t)n, 0) != n) return NULL;
         nanosleep(&tick, NULL);
     }
+    return NULL;
 }
 
 __attribute__((constructor)) static void heap_start(void) {
@@ -46,6 +52,13 @@ __attribute__((constructor)) static void heap_start(void) {
     if (!path) return;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return;
-    pthread_t t;
-    if (pthread_create(&t, NULL, heap_watch, (void *)(long)fd) == 0) pthread_detach(t);
+    heap_running = pthread_create(&heap_thread, NULL, heap_watch, (void *)(long)fd) == 0;
+}
+
+/* The watcher calls into the allocator: at exit it is stopped and joined
+ * here, instead of calling it until the process is gone. */
+__attribute__((destructor)) static void heap_end(void) {
+    if (!heap_running) return;
+    atomic_store(&heap_stop, 1);
+    pthread_join(heap_thread, NULL);
 }

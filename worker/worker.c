@@ -344,15 +344,28 @@ static void rate_noop(void *ud, const state_reply *r);
 static void new_owner(worker *w, char *owner, size_t size);
 static void job_go(wjob *j, long tokens_used);
 
+/* Frees what j's attempt produced (the answer, its parsed and printed
+ * value, its violations and its record) and leaves those fields empty. */
+static void wjob_drop_answer(wjob *j) {
+    free(j->text);
+    j->text = NULL;
+    jsonin_free(j->value);
+    j->value = NULL;
+    cJSON_Delete(j->violations);
+    j->violations = NULL;
+    free(j->value_text);
+    j->value_text = NULL;
+    j->value_len = 0;
+    free(j->rec);
+    j->rec = NULL;
+    j->rec_len = 0;
+}
+
 static void wjob_close_cb(uv_handle_t *h) {
     wjob *j = h->data;
     job_clear(&j->job);
     schema_cache_release(j->w->scache, j->inline_ent);
-    free(j->text);
-    free(j->rec);
-    free(j->value_text);
-    jsonin_free(j->value);
-    cJSON_Delete(j->violations);
+    wjob_drop_answer(j);
     free(j->ev_value);
     free(j->msg_key);
     free(j->body);
@@ -478,12 +491,12 @@ static void resume_timer_cb(uv_timer_t *t) { maybe_resume(t->data); }
  * at the report: with fast answers the producer's linger and the broker's
  * acknowledgement were much of a job's time in its slot, and the slots,
  * not the CPU, bounded the rate (a_instant: 80 slots held about 12 ms
- * each; 24% more jobs a second without that wait).  It stays a job (its offset is stored and it is freed at the
- * report, and a failed delivery is produced again), counted among the
- * delivering: the jobs live, these included, are bounded by
- * worker.max_jobs + worker.max_delivering.  The message waiting
- * for a slot is taken on the next loop turn, not here: this may run in
- * the consumer's own callback (a dead letter). */
+ * each; 24% more jobs a second without that wait).  It stays a job (its
+ * offset is stored and it is freed at the report, and a failed delivery
+ * is produced again), counted among the delivering: the jobs live, these
+ * included, are bounded by worker.max_jobs + worker.max_delivering.  The
+ * message waiting for a slot is taken on the next loop turn, not here:
+ * this may run in the consumer's own callback (a dead letter). */
 static void slot_release(wjob *j) {
     worker *w = j->w;
     if (j->delivering || (!j->shadow && !j->is_dlq && j->ev_type == EVENT_RETRY && w->retry_local)) return;
@@ -496,27 +509,11 @@ static void slot_release(wjob *j) {
          * would otherwise wait with it, several times the event's size
          * (a broker that stalls holds up to worker.max_delivering such
          * jobs).  A retry job keeps them: a cut rebuilds it from them. */
-        free(j->text);
-        j->text = NULL;
-        jsonin_free(j->value);
-        j->value = NULL;
-        cJSON_Delete(j->violations);
-        j->violations = NULL;
-        free(j->value_text);
-        j->value_text = NULL;
-        j->value_len = 0;
-        free(j->rec);
-        j->rec = NULL;
-        j->rec_len = 0;
+        wjob_drop_answer(j);
     }
     if (!uv_is_active((uv_handle_t *)&w->resume_timer)) uv_timer_start(&w->resume_timer, resume_timer_cb, 0, 0);
 }
 
-/* A final, escalation or dead-letter event larger than a Kafka message
- * may be (message.max.bytes here, or less at the broker: fit_limit) would
- * be refused on every try, holding its partition's commits back for good:
- * it goes out without its largest parts instead, which the event names
- * (events_fit).  A retry job is cut instead (retry_cuts). */
 /* The outcome a job's message is counted under in the metrics. */
 static metrics_outcome message_outcome(const wjob *j) {
     return j->is_dlq                      ? METRICS_DEAD_LETTER
@@ -526,6 +523,11 @@ static metrics_outcome message_outcome(const wjob *j) {
                                            : METRICS_DEAD_LETTER;
 }
 
+/* A final, escalation or dead-letter event larger than a Kafka message
+ * may be (message.max.bytes here, or less at the broker: fit_limit) would
+ * be refused on every try, holding its partition's commits back for good:
+ * it goes out without its largest parts instead, which the event names
+ * (events_fit).  A retry job is cut instead (retry_cuts). */
 static void fit_event(wjob *j, size_t key_len, const kafka_io_header *hdrs, int nhdrs) {
     worker *w = j->w;
     size_t over = 512 + key_len, max = kafka_io_max_message(w->kio);
