@@ -7,7 +7,9 @@ its latency at 300 msgs/s); the same relay emulating the worker's flow
 control (64 in flight, 200 ms each: pausing the partitions at the cap versus
 just not polling); build/bench-curl (tests/bench_curl.c), a bare libcurl-multi
 client on libuv posting the worker's exact chat-completion bodies to the mock
-LLM (CPU per request at 64 and at 10,000 concurrent requests).
+LLM (CPU per request at 64 and at 10,000 concurrent requests).  a_instant
+measures curl at 64 again, on its own stack right after its throughput
+phase; the target of 2x curl is judged on the mean of the two.
 
 Then, on a fresh stack per scenario, one `retort worker` process:
 
@@ -110,7 +112,9 @@ def n(count):
 # (default 150) caps each throughput phase so that a slow worker still ends
 # the run in reasonable time (the scenario is then marked incomplete).
 SCENARIOS = [
-    dict(name="a_instant", jobs=n(20000), latency_ms=0, args=[]),
+    # curl_beside: the curl floor at that concurrency is measured again on
+    # the scenario's own stack, right after its throughput phase
+    dict(name="a_instant", jobs=n(20000), latency_ms=0, args=[], curl_beside=64),
     dict(name="a_instant_hi", jobs=n(10000), latency_ms=0, args=["--set", "llm.max_inflight=1000"]),
     dict(name="b_200ms", jobs=n(4000), latency_ms=200, args=[]),
     # 6 turnovers of 10,000 calls: the steady rate (over 4 s windows)
@@ -210,19 +214,9 @@ def floors():
         log("  relay at a worker's pace (80 in flight, 3 ms hold): %6.0f msgs/s, %5.1f us CPU/msg" %
             (f["jobs_per_s"], f["cpu_us_per_msg"]))
 
-        def bodies_file(name, directive=""):
-            """A file of the worker's request bodies, one per schema, each
-            prompt followed by a mock directive."""
-            path = os.path.join(st.dir, name)
-            with open(path, "w") as f:
-                for s in SCHEMAS:
-                    f.write(chat_body(s, PROMPTS[s] + directive) + "\n")
-            return path
-
-        bodies = bodies_file("bodies.txt")
-        bodies_2s = bodies_file("bodies-2s.txt", " [[mock latency_ms=2000]]")
-        bodies_paced = bodies_file("bodies-9ms.txt", " [[mock latency_ms=9]]")
-        url = st.llm_url + "/v1/chat/completions"
+        bodies = bodies_file(st, "bodies.txt")
+        bodies_2s = bodies_file(st, "bodies-2s.txt", " [[mock latency_ms=2000]]")
+        bodies_paced = bodies_file(st, "bodies-9ms.txt", " [[mock latency_ms=9]]")
         # 64 and 1,000 concurrent instant calls (the a_instant and
         # a_instant_hi/scale in-flight bounds), and 10,000 of 2 s (c_2s_10k).
         # curl_paced: 64 calls the mock holds 9 ms each, about 7,000 a
@@ -234,24 +228,39 @@ def floors():
                                       ("curl_c1000", bodies, n(20000), 1000),
                                       ("curl_2s_c10000", bodies_2s, n(30000), 10000),
                                       ("curl_paced", bodies_paced, n(20000), 64)):
-            l0 = st.llm_stats_light()
-            r = subprocess.run([os.path.join(BUILD, "bench-curl"), "--url", url, "--bodies", path,
-                                "--requests", str(reqs), "--concurrency", str(min(conc, reqs)),
-                                "--api-key", "sk-bench", "--id-prefix", "%s-%s" % (key, RUN)],
-                               capture_output=True, text=True, timeout=600)
-            c = json.loads(r.stdout)
-            l1 = st.llm_stats_light()
-            mock_us = (l1["cpu_user_s"] + l1["cpu_sys_s"] - l0["cpu_user_s"] - l0["cpu_sys_s"]) * 1e6
-            log("  %-15s %6d reqs c=%-5d %8.0f req/s  %5.1f us CPU/req  (mock LLM %5.1f us/req)%s" %
-                (key, c["requests"], c["concurrency"], c["req_per_s"], c["cpu_us_per_req"],
-                 mock_us / max(1, c["requests"]), "" if not c["errors"] else "  %d ERRORS" % c["errors"]))
-            out["%s_cpu_us_per_req" % key] = c["cpu_us_per_req"]
-            out["%s_req_per_s" % key] = c["req_per_s"]
-            out["%s_errors" % key] = c["errors"]
-            out["%s_mock_llm_cpu_us_per_req" % key] = round(mock_us / max(1, c["requests"]), 1)
+            out.update(curl_floor(st, key, path, reqs, conc))
     finally:
         st.close()
     return out
+
+
+def bodies_file(st, name, directive=""):
+    """A file of the worker's request bodies, one per schema, each prompt
+    followed by a mock directive."""
+    path = os.path.join(st.dir, name)
+    with open(path, "w") as f:
+        for s in SCHEMAS:
+            f.write(chat_body(s, PROMPTS[s] + directive) + "\n")
+    return path
+
+
+def curl_floor(st, key, path, reqs, conc):
+    """The bare curl-multi client (bench-curl): reqs requests of the bodies
+    in path to st's mock LLM, conc at a time.  Its figures, named
+    KEY_cpu_us_per_req and so on."""
+    l0 = st.llm_stats_light()
+    r = subprocess.run([os.path.join(BUILD, "bench-curl"), "--url", st.llm_url + "/v1/chat/completions",
+                        "--bodies", path, "--requests", str(reqs), "--concurrency", str(min(conc, reqs)),
+                        "--api-key", "sk-bench", "--id-prefix", "%s-%s" % (key, RUN)],
+                       capture_output=True, text=True, timeout=600)
+    c = json.loads(r.stdout)
+    l1 = st.llm_stats_light()
+    mock_us = (l1["cpu_user_s"] + l1["cpu_sys_s"] - l0["cpu_user_s"] - l0["cpu_sys_s"]) * 1e6
+    log("  %-15s %6d reqs c=%-5d %8.0f req/s  %5.1f us CPU/req  (mock LLM %5.1f us/req)%s" %
+        (key, c["requests"], c["concurrency"], c["req_per_s"], c["cpu_us_per_req"],
+         mock_us / max(1, c["requests"]), "" if not c["errors"] else "  %d ERRORS" % c["errors"]))
+    return {"%s_cpu_us_per_req" % key: c["cpu_us_per_req"], "%s_req_per_s" % key: c["req_per_s"],
+            "%s_errors" % key: c["errors"], "%s_mock_llm_cpu_us_per_req" % key: round(mock_us / max(1, c["requests"]), 1)}
 
 
 # -- one scenario ---------------------------------------------------------------
@@ -741,6 +750,15 @@ def run_scenario(sc):
                 "failed attempt (%d repairs)" % (name, elapsed, res["repair_wait_p50_ms"], res["repair_wait_p99_ms"],
                                                  len(waits)))
 
+        # Target (a) compares the worker's CPU per job with curl's per
+        # request.  The floors measure curl minutes before the scenario, on
+        # another stack, and this machine's speed drifts that much (curl
+        # took 19 to 30 us a request across one day's runs): curl is
+        # measured again here, seconds after the worker, against the same
+        # mock LLM, and the target is judged on the mean of the two.
+        if sc.get("curl_beside") and res["complete"]:
+            res.update(curl_floor(st, "curl_beside", bodies_file(st, "bodies.txt"), n(20000), sc["curl_beside"]))
+
         if not res["complete"]:
             log("  %s: throughput phase over its %.0f s budget: %d/%d jobs done; no latency phase" %
                 (name, BUDGET_S, len(outs), jobs))
@@ -889,10 +907,16 @@ def targets(results):
         # Compared with the curl floor at the same concurrency when there is one.
         ref = fl.get("curl_c1000_cpu_us_per_req") if name in ("a_instant_hi", "scale") else None
         ref = ref or curl
+        beside = sc.get(name, {}).get("curl_beside_cpu_us_per_req")
         if name in sc and ref:
             v = sc[name]["cpu_us_per_job"]
-            out["cpu/job <= 2x curl (%s)" % name] = "%s (%.0f us vs %.0f us = 2 x %.1f)" % (
-                "MET" if v <= 2 * ref else "NOT MET", v, 2 * ref, ref)
+            how = ""
+            if beside and ref == curl:
+                how = ", the mean of curl in the floors (%.1f) and right after the scenario's throughput phase (%.1f)" % (
+                    ref, beside)
+                ref = (ref + beside) / 2
+            out["cpu/job <= 2x curl (%s)" % name] = "%s (%.0f us vs %.0f us = 2 x %.1f%s)" % (
+                "MET" if v <= 2 * ref else "NOT MET", v, 2 * ref, ref, how)
             paced = fl.get("curl_paced_cpu_us_per_req")
             if name == "a_instant" and paced:
                 # Judged on curl at full speed, as above; the same-rate
