@@ -915,7 +915,7 @@ def targets(results):
                 how = ", the mean of curl in the floors (%.1f) and right after the scenario's throughput phase (%.1f)" % (
                     ref, beside)
                 ref = (ref + beside) / 2
-            out["cpu/job <= 2x curl (%s)" % name] = "%s (%.0f us vs %.0f us = 2 x %.1f%s)" % (
+            out["cpu/job <= 2x curl (%s)" % name] = "%s (%.1f us vs %.1f us = 2 x %.1f%s)" % (
                 "MET" if v <= 2 * ref else "NOT MET", v, 2 * ref, ref, how)
             paced = fl.get("curl_paced_cpu_us_per_req")
             if name == "a_instant" and paced:
