@@ -543,8 +543,9 @@ static int reply_ok(redisContext *c, redisReply *r, const char *what, char *err,
  * written anew beside the batch's and renamed over it in one transaction
  * with the rest, so a reader sees the batch whole or cut, and Redis never
  * scans the list once per cut job (LREM would).  0 = ok; -1 with err:
- * the batch as it was, unless a command failed inside the transaction
- * (a key of another type), which Redis does not undo. */
+ * the batch as it was (the list written beside it deleted, as far as
+ * the connection allows), unless a command failed inside the
+ * transaction (a key of another type), which Redis does not undo. */
 static int cut_batch(redisContext *c, const config *cfg, const char *batch, const sub_jobs *kept,
                      const sub_jobs *cut, char *err, size_t errlen) {
     char bkey[512], jkey[512], ikey[512], tmp[600];
@@ -555,6 +556,8 @@ static int cut_batch(redisContext *c, const config *cfg, const char *batch, cons
     /* kept has a job (a batch of none is not cut but forgotten) */
     sub_jobs tail = {kept->items + 1, kept->count - 1, 0};
     job_cmd_ctx push = {"RPUSH", tmp, &tail}, del = {"HDEL", ikey, cut};
+    int rc = -1, in_multi = 0;
+    redisReply *r = NULL;
     if (reply_ok(c, redisCommand(c, "DEL %s", tmp), "DEL", err, errlen) ||
         reply_ok(c, redisCommand(c, "RPUSH %s %s", tmp, kept->items[0].id), "RPUSH", err, errlen) ||
         /* the TTL as soon as the key exists: the rename keeps it (the
@@ -564,29 +567,32 @@ static int cut_batch(redisContext *c, const config *cfg, const char *batch, cons
                  errlen) ||
         batch_util_pipeline(c, tail.count, 1, job_cmd_build, no_error_reply, &push, err, errlen) ||
         reply_ok(c, redisCommand(c, "MULTI"), "MULTI", err, errlen))
-        return -1;
-    int rc = -1;
-    redisReply *r = NULL;
+        goto cleanup;
+    in_multi = 1;
     if (batch_util_pipeline(c, cut->count, 1, job_cmd_build, no_error_reply, &del, err, errlen) ||
         reply_ok(c, redisCommand(c, "RENAME %s %s", tmp, jkey), "RENAME", err, errlen) ||
         reply_ok(c, redisCommand(c, "HSET %s total %lld not_sent %lld", bkey, (long long)kept->count,
                                  (long long)cut->count), "HSET", err, errlen))
-        goto done;
+        goto cleanup;
     r = redisCommand(c, "EXEC");
+    in_multi = !r; /* an answer, even an error, ends the transaction */
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         snprintf(err, errlen, "redis EXEC: %s", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
-        goto done;
+        goto cleanup;
     }
     for (size_t i = 0; i < r->elements; i++) {
         if (r->element[i]->type == REDIS_REPLY_ERROR) {
             snprintf(err, errlen, "redis: %s", r->element[i]->str);
-            goto done;
+            goto cleanup;
         }
     }
     rc = 0;
-done:
-    if (!r) freeReplyObject(redisCommand(c, "DISCARD")); /* the connection goes on */
+cleanup:
+    if (in_multi) freeReplyObject(redisCommand(c, "DISCARD")); /* the connection goes on */
     freeReplyObject(r);
+    /* not cut: the list written beside the batch would only wait for its
+     * TTL */
+    if (rc) freeReplyObject(redisCommand(c, "DEL %s", tmp));
     return rc;
 }
 
@@ -594,8 +600,10 @@ done:
  * certainly not in the topic and cannot reach a worker.  The batch no
  * longer counts them, so that it completes when the others end, and
  * their ids are let go (cl: the claims), so that they can be submitted
- * as a new batch (claimed, they were refused for the state's TTL).  Says
- * what it did, or what it could not, on stderr. */
+ * as a new batch (claimed, they were refused for the state's TTL).  When
+ * the batch cannot be cut, they keep their ids: a batch that still lists
+ * a job must not see its id taken by another batch.  Says what it did,
+ * or what it could not, on stderr. */
 static void cut_unsent(redisContext *c, const config *cfg, const char *batch, const sub_jobs *js,
                        const unsigned char *unsent, const claim_ctx *cl) {
     sub_jobs kept = {0}, rest = {0};
@@ -605,8 +613,9 @@ static void cut_unsent(redisContext *c, const config *cfg, const char *batch, co
     int oom = sub_jobs_pick(js, unsent, 0, &kept) | sub_jobs_pick(js, unsent, 1, &rest);
     /* the batch first: its list never names a job whose id is free */
     int cut = !oom && cut_batch(c, cfg, batch, &kept, &rest, cerr, sizeof(cerr)) == 0;
-    int freed = !oom && batch_util_pipeline(c, rest.count, 1, unclaim_build, no_error_reply, &un, uerr,
-                                            sizeof(uerr)) == 0;
+    if (!cut && !oom) snprintf(uerr, sizeof(uerr), "the batch still counts them");
+    int freed = cut && batch_util_pipeline(c, rest.count, 1, unclaim_build, no_error_reply, &un, uerr,
+                                           sizeof(uerr)) == 0;
     if (cut)
         fprintf(stderr,
                 "retort submit: batch %s now counts the %zu job(s) delivered or possibly in the topic; the %zu "

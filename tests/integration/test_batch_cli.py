@@ -913,6 +913,34 @@ def test_submit_keeps_a_batch_whose_only_job_may_be_in_the_topic(control_stack):
     assert_cut(stack, "maybe", ids[:1], 2)
 
 
+def test_a_batch_that_cannot_be_cut_keeps_its_jobs_and_their_ids(control_stack):
+    """The cut's failure path: after a produce left a job out (as in the
+    test below), Redis refuses the cut's RENAME inside its transaction (an
+    ACL takes the command from the submit's user).  The batch stays as it
+    was: its total, list and inputs count all six jobs, it has no
+    not_sent and no list is left beside it; the output says it cannot
+    complete; and the job not sent keeps its id, since the batch still
+    lists it (let go, another batch could take it).  Before, the ids were
+    let go all the same, the output said to submit them as a new batch,
+    and the list written for the cut stayed for the batch's TTL."""
+    stack = control_stack
+    r = stack.redis_client()
+    r.execute_command("ACL", "SETUSER", "default", "-rename")
+    ids = ["nocut-%d" % i for i in range(6)]
+    path, p = failed_submit(stack, ids, "nocut", "NO_ERROR NO_ERROR MSG_SIZE_TOO_LARGE")
+    assert re.findall(r"job (\S+) not delivered \(not written to the topic\)\n", p.stderr) == ids[2:3], p.stderr
+    assert "batch nocut still counts the job(s) not sent, and cannot complete: redis RENAME: NOPERM" in p.stderr, \
+        p.stderr
+    assert "the jobs not sent keep their job_id: the batch still counts them" in p.stderr, p.stderr
+    assert "submit them as a new batch" not in p.stderr, p.stderr
+    key = "retort:batch:{nocut}"
+    assert r.hmget(key, "total", "not_sent") == ["6", None]
+    assert batch_ids(stack, "nocut") == ids
+    assert sorted(r.hkeys(key + ":input")) == sorted(ids)
+    assert not r.exists(key + ":jobs:cut")
+    assert [r.hget("retort:job:{%s}" % j, "batch_id") for j in ids] == ["nocut"] * 6
+
+
 def test_a_batch_cut_by_a_failed_submit_completes(control_stack):
     """A job the broker did not write (MSG_SIZE_TOO_LARGE to the third
     request; the jobs after it are delivered) is cut from the batch: its
