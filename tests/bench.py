@@ -158,12 +158,13 @@ def floors():
         # The relay's latency at a paced rate: what Kafka (mock broker plus
         # librdkafka with the worker's settings, and the bench's own feeder
         # and its timestamps) costs a job on its own, at 300 msgs/s and at
-        # 4,000 (about the rate of a_instant's latency phase).  Each reads
+        # 4,000 (near a_instant's latency phase: half its measured rate,
+        # 3,700-5,400 jobs/s on 2026-11-26).  Each reads
         # a topic of its own, empty when it starts, as each latency turn of
-        # the worker does.  (Until 2026-11-26 the first read retort.jobs on
-        # in the throughput relay's group, from its committed offsets, and
-        # counted whatever it read: in one run 1,187 of its 2,400 messages
-        # were the paced ones.)
+        # the worker does.  (Until 2026-11-26 the first read retort.jobs in
+        # the throughput relay's group, from that relay's committed
+        # offsets, and counted whatever it read: in one run only 1,187 of
+        # its 2,400 messages were the paced ones.)
         for key, m, rate, topic in (("relay_latency", n(2400), 300, LATENCY_JOBS_TOPIC + "0"),
                                     ("relay_latency_4k", n(10000), 4000, LATENCY_JOBS_TOPIC + "1")):
             group = "bench-" + key
@@ -919,9 +920,13 @@ def targets(results):
     curl = fl.get("curl_cpu_us_per_req")
     for name in ("a_instant", "a_instant_hi", "b_200ms", "d_retry30", "scale"):
         # Compared with the curl floor at the same concurrency when there is one.
-        ref = fl.get("curl_c1000_cpu_us_per_req") if name in ("a_instant_hi", "scale") else None
-        ref = ref or curl
+        same = fl.get("curl_c1000_cpu_us_per_req") if name in ("a_instant_hi", "scale") else curl
+        ref = same or curl
+        # curl beside the worker counts when it ran error-free at the
+        # concurrency of the floor it is averaged with
         beside = sc.get(name, {}).get("curl_beside_cpu_us_per_req")
+        if not same or sc.get(name, {}).get("curl_beside_errors"):
+            beside = None
         if name in sc and ref:
             v = sc[name]["cpu_us_per_job"]
             how = ""

@@ -211,6 +211,10 @@ int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_b
                 goto done;
             }
         }
+        /* After a failed callback the rest of the chunk's replies are
+         * still read (and dropped): the caller may go on with the
+         * connection, whose next reply is then its own. */
+        int failed = 0;
         for (size_t i = start; i < end; i++) {
             for (got = 0; got < per_item; got++) {
                 void *r = NULL;
@@ -220,10 +224,11 @@ int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_b
                 }
                 replies[got] = r;
             }
-            if (reply(i, replies, ud, err, errlen)) goto done;
+            if (!failed && reply(i, replies, ud, err, errlen)) failed = 1;
             for (size_t k = 0; k < got; k++) freeReplyObject(replies[k]);
             got = 0;
         }
+        if (failed) goto done;
     }
     rc = 0;
 done:

@@ -77,8 +77,10 @@ void batch_util_ids_clear(batch_ids *ids);
  * items has been sent, reply(i, replies, ud) gets that item's per_item
  * replies (valid until it returns; return 0, or -1 to stop with err
  * filled by the callback).  Commands go out in chunks so memory stays
- * bounded for any n.  0 = ok; -1 with err on a connection error or when a
- * callback fails (replies may then be left unread: free the connection). */
+ * bounded for any n.  0 = ok; -1 with err when a callback fails (no
+ * later chunk is sent; the replies of its own are read, so the
+ * connection can go on), or on a connection error or a failed build
+ * (replies may then be left unread: free the connection). */
 typedef int (*batch_pipe_build)(redisContext *c, size_t i, void *ud);
 typedef int (*batch_pipe_reply)(size_t i, redisReply **replies, void *ud, char *err, size_t errlen);
 int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_build build,

@@ -913,24 +913,28 @@ def test_submit_keeps_a_batch_whose_only_job_may_be_in_the_topic(control_stack):
     assert_cut(stack, "maybe", ids[:1], 2)
 
 
-def test_a_batch_that_cannot_be_cut_keeps_its_jobs_and_their_ids(control_stack):
-    """The cut's failure path: after a produce left a job out (as in the
-    test below), Redis refuses the cut's RENAME inside its transaction (an
-    ACL takes the command from the submit's user).  The batch stays as it
-    was: its total, list and inputs count all six jobs, it has no
-    not_sent and no list is left beside it; the output says it cannot
-    complete; and the job not sent keeps its id, since the batch still
-    lists it (let go, another batch could take it).  Before, the ids were
-    let go all the same, the output said to submit them as a new batch,
-    and the list written for the cut stayed for the batch's TTL."""
+@pytest.mark.parametrize("refused, errors, said", [
+    ("rename", "NO_ERROR NO_ERROR MSG_SIZE_TOO_LARGE", "redis RENAME: NOPERM"),
+    ("hdel", "NO_ERROR NO_ERROR TOPIC_AUTHORIZATION_FAILED", "redis: NOPERM")])
+def test_a_batch_that_cannot_be_cut_keeps_its_jobs_and_their_ids(control_stack, refused, errors, said):
+    """The cut's failure path: after a produce left jobs out (as in the
+    tests around), Redis refuses a command of the cut's transaction (an
+    ACL takes it from the submit's user): its RENAME, or each of its four
+    HDELs.  The batch stays as it was: its total, list and inputs count
+    all six jobs, it has no not_sent and no list is left beside it; the
+    output says it cannot complete; and the jobs not sent keep their ids,
+    since the batch still lists them (let go, another batch could take
+    them).  Before, the ids were let go all the same, the output said to
+    submit them as a new batch, and the list written for the cut stayed
+    for the batch's TTL (with the HDELs refused, the DISCARD and the DEL
+    after them read the refusals still unread)."""
     stack = control_stack
     r = stack.redis_client()
-    r.execute_command("ACL", "SETUSER", "default", "-rename")
+    r.execute_command("ACL", "SETUSER", "default", "-" + refused)
     ids = ["nocut-%d" % i for i in range(6)]
-    path, p = failed_submit(stack, ids, "nocut", "NO_ERROR NO_ERROR MSG_SIZE_TOO_LARGE")
+    path, p = failed_submit(stack, ids, "nocut", errors)
     assert re.findall(r"job (\S+) not delivered \(not written to the topic\)\n", p.stderr) == ids[2:3], p.stderr
-    assert "batch nocut still counts the job(s) not sent, and cannot complete: redis RENAME: NOPERM" in p.stderr, \
-        p.stderr
+    assert "batch nocut still counts the job(s) not sent, and cannot complete: " + said in p.stderr, p.stderr
     assert "the jobs not sent keep their job_id: the batch still counts them" in p.stderr, p.stderr
     assert "submit them as a new batch" not in p.stderr, p.stderr
     key = "retort:batch:{nocut}"
