@@ -898,6 +898,13 @@ def report(results):
         if r.get("added_latency_p50_ms") is not None and "latency_phase" in r and rl is not None:
             extra += "; added p50 %.0f ms = relay floor %.0f ms + %.0f ms" % (
                 r["added_latency_p50_ms"], rl, r["added_latency_p50_ms"] - rl)
+        if r.get("redis_cpu_us_per_job") and (r.get("redis_cpu_pct") or 0) >= 20:
+            # Redis runs commands on one thread, and every worker of a pool
+            # shares it: its CPU per job bounds the pool's rate, however
+            # many workers are added.  (Only where Redis was busy: at low
+            # rates its own timers weigh on each job.)
+            extra += "; Redis %.0f us a job: one Redis core serves about %.0f jobs/s for a whole pool" % (
+                r["redis_cpu_us_per_job"], 1e6 / r["redis_cpu_us_per_job"])
         log("  %-12s %s" % (name, extra))
         kafka = results["floors"].get("relay_paced_cpu_us_per_msg")
         curl = results["floors"].get("curl_paced_cpu_us_per_req") or results["floors"].get("curl_cpu_us_per_req")
