@@ -560,9 +560,8 @@ static int cut_batch(redisContext *c, const config *cfg, const char *batch, cons
     redisReply *r = NULL;
     if (reply_ok(c, redisCommand(c, "DEL %s", tmp), "DEL", err, errlen) ||
         reply_ok(c, redisCommand(c, "RPUSH %s %s", tmp, kept->items[0].id), "RPUSH", err, errlen) ||
-        /* the TTL as soon as the key exists: the rename keeps it (the
-         * batch's), and a submit that dies before the rename leaves
-         * nothing for ever */
+        /* the TTL as soon as the key exists: a submit that dies before
+         * the rename leaves nothing for ever */
         reply_ok(c, redisCommand(c, "EXPIRE %s %lld", tmp, config_get_int(cfg, "redis.ttl_s")), "EXPIRE", err,
                  errlen) ||
         batch_util_pipeline(c, tail.count, 1, job_cmd_build, no_error_reply, &push, err, errlen) ||
@@ -574,6 +573,14 @@ static int cut_batch(redisContext *c, const config *cfg, const char *batch, cons
         reply_ok(c, redisCommand(c, "HSET %s total %lld not_sent %lld", bkey, (long long)kept->count,
                                  (long long)cut->count), "HSET", err, errlen))
         goto cleanup;
+    /* the three keys' TTL from one moment again: a worker's finish sets
+     * it anew only when the batch's hash has drifted a second, and the
+     * list renamed here brings the TTL it got before its pushes */
+    const char *keys[3] = {bkey, jkey, ikey};
+    for (int i = 0; i < 3; i++)
+        if (reply_ok(c, redisCommand(c, "EXPIRE %s %lld", keys[i], config_get_int(cfg, "redis.ttl_s")), "EXPIRE",
+                     err, errlen))
+            goto cleanup;
     r = redisCommand(c, "EXEC");
     in_multi = !r; /* an answer, even an error, ends the transaction */
     if (!r || r->type != REDIS_REPLY_ARRAY) {

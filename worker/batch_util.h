@@ -18,8 +18,11 @@
  *   PREFIX:job:{J}           the job's state hash: submit claims J for B
  *                            by writing batch_id there (HMGET ... batch_id
  *                            tells a reused id's state from this batch's)
- * All expire after redis.ttl_s, counted anew (all three) by a worker's
- * record of an attempt of the batch and by resubmit. */
+ * All expire after redis.ttl_s, counted anew (all three) by resubmit,
+ * by submit's cut of a batch, and by a worker's record of an attempt of
+ * the batch when the batch's hash has drifted a second from that TTL
+ * (not on every attempt: at most once a second per batch while the
+ * workers agree on redis.ttl_s). */
 #ifndef RETORT_BATCH_UTIL_H
 #define RETORT_BATCH_UTIL_H
 

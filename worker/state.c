@@ -93,11 +93,12 @@ static const char script_begin[] = SCRIPT_HEAD
  * owner in the same write; the reply then reads 'running' and the tokens
  * so far, as begin's 'go' would.  Each hash is written by one HSET: every
  * write command is a record in Redis's append-only file, which one Redis
- * keeps for the whole pool (5 writes an attempt here where there were
- * 14).  So counters are read and written back, not HINCRBYed (the script
- * runs alone: the same), and the batch's keys get their TTL anew only
- * when it has drifted a second from the configured one: at most once a
- * second per batch, not three EXPIREs per attempt. */
+ * keeps for the whole pool (a recorded attempt of a batch: 5 writes
+ * where there were 14).  So counters are read and written back, not
+ * HINCRBYed (the script runs alone: the same), and the batch's keys get
+ * their TTL anew only when the hash's has drifted a second from the
+ * configured one: at most once a second per batch while the workers agree
+ * on redis.ttl_s, not three EXPIREs per attempt. */
 static const char script_finish[] = SCRIPT_HEAD
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded', 'prompt_tokens',\n"
     "                     'completion_tokens')\n"

@@ -964,6 +964,14 @@ def test_a_batch_cut_by_a_failed_submit_completes(control_stack):
     assert_cut(stack, "cut", sent, 1)
     r = stack.redis_client()
     assert r.hget("retort:job:{cut-2}", "batch_id") is None
+    # the cut sets the three keys' TTL anew together: the list it renames
+    # over the batch's had its TTL from before the produce, and a worker
+    # sets them anew only when the batch's hash has drifted a second
+    pipe = r.pipeline(transaction=False)
+    for k in ("retort:batch:{cut}", "retort:batch:{cut}:jobs", "retort:batch:{cut}:input"):
+        pipe.pttl(k)
+    pttl = pipe.execute()
+    assert max(pttl) - min(pttl) <= 5 and min(pttl) > 0, pttl
 
     stack.start_worker()
     deadline = time.time() + 60
