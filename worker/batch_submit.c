@@ -500,6 +500,10 @@ done:
     return rc;
 }
 
+/* The batch's three keys get redis.ttl_s anew.  The answers are not
+ * read: outside a transaction a TTL not set is set again by the next
+ * refresh; inside one (cut_batch) they are QUEUED, and EXEC's answer
+ * holds the real ones. */
 static void expire_batch(redisContext *c, const config *cfg, const char *batch) {
     char key[512], ttl[32];
     snprintf(ttl, sizeof(ttl), "%lld", config_get_int(cfg, "redis.ttl_s"));
@@ -575,12 +579,9 @@ static int cut_batch(redisContext *c, const config *cfg, const char *batch, cons
         goto cleanup;
     /* the three keys' TTL from one moment again: a worker's finish sets
      * it anew only when the batch's hash has drifted a second, and the
-     * list renamed here brings the TTL it got before its pushes */
-    const char *keys[3] = {bkey, jkey, ikey};
-    for (int i = 0; i < 3; i++)
-        if (reply_ok(c, redisCommand(c, "EXPIRE %s %lld", keys[i], config_get_int(cfg, "redis.ttl_s")), "EXPIRE",
-                     err, errlen))
-            goto cleanup;
+     * list renamed here brings the TTL it got before its pushes (queued
+     * here, their answers come in EXEC's, checked below) */
+    expire_batch(c, cfg, batch);
     r = redisCommand(c, "EXEC");
     in_multi = !r; /* an answer, even an error, ends the transaction */
     if (!r || r->type != REDIS_REPLY_ARRAY) {
