@@ -246,7 +246,7 @@ def floors():
                                       ("curl_paced", bodies_paced, n(20000), 64)):
             out.update(curl_floor(st, key, path, reqs, conc))
     finally:
-        st.close()
+        st.close(keep=sys.exc_info()[0] is not None)
     return out
 
 
@@ -826,7 +826,9 @@ def run_scenario(sc):
             sample = [l for l in text.splitlines() if '"level":"warn"' in l or '"level":"error"' in l][:3]
             res["log_sample"] = sample
     finally:
-        st.close()
+        # a scenario cut short by an error, or whose worker logged
+        # warnings or errors, keeps its directory (the logs)
+        st.close(keep=sys.exc_info()[0] is not None or bool(res.get("log_warnings") or res.get("log_errors")))
     log("  %s: %.0f jobs/s, %.0f us CPU/job, added latency p50 %.1f ms p99 %.1f ms, "
         "RSS peak %.1f MB (idle %.1f), in flight peak %d, %d final, %d escalated, %d missing, %d duplicate" %
         (name, res.get("jobs_per_s", 0), res.get("cpu_us_per_job", 0), res.get("added_latency_p50_ms", 0),

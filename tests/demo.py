@@ -98,7 +98,7 @@ def main():
         print("  or docker compose -f docker/docker-compose.yml up (real Kafka, Redis, two workers)")
         return 0 if dups == 0 else 1
     finally:
-        stack.close()
+        stack.close(keep=sys.exc_info()[0] is not None)
 
 
 if __name__ == "__main__":

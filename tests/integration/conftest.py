@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from stack import REPO, Stack
+from stack import REPO, Stack, failed
 
 BASE = "https://retort.dev/schemas/"
 
@@ -21,8 +21,9 @@ def stack(request):
     marker = request.node.get_closest_marker("llm_args")
     s = Stack(llm_args=marker.args if marker else ())
     yield s
-    s.close()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+    bad = failed(request)
+    s.close(keep=bad)
+    if bad:
         for w in s.workers:
             print("---- %s log (tail) ----" % w.name)
             print(s.worker_log(w.name)[-4000:])

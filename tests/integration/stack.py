@@ -4,6 +4,7 @@ mock LLM over HTTP and retort worker processes, all on loopback ports."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,9 @@ import uuid
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REDIS_APPENDFSYNC = os.environ.get("STACK_REDIS_APPENDFSYNC", "always")
+# STACK_KEEP_DIRS=1: every stack's directory (logs, the AOF) stays after
+# close; without it, only a failed test's does
+KEEP_DIRS = bool(os.environ.get("STACK_KEEP_DIRS"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -135,6 +139,7 @@ def _read_line(proc, prefix, timeout=20):
 
 class Stack:
     def __init__(self, partitions=4, llm_args=(), workdir=None, kafka_control=False, kafka_args=()):
+        self.own_dir = workdir is None  # made here: close removes it
         self.dir = workdir or tempfile.mkdtemp(prefix="retort-test-")
         self.procs = []
         self.workers = []
@@ -344,7 +349,9 @@ class Stack:
         import redis
         return redis.Redis(host="127.0.0.1", port=self.redis_port, decode_responses=True)
 
-    def close(self):
+    def close(self, keep=False):
+        """Stops every process; then removes the stack's directory when
+        it made it, unless keep (a failed test's logs) or STACK_KEEP_DIRS."""
         for p in self.workers:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -360,6 +367,18 @@ class Stack:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+        if self.own_dir:
+            if keep or KEEP_DIRS:
+                print("stack directory kept: %s" % self.dir)
+            else:
+                shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def failed(request):
+    """Whether a test's call phase failed (the report conftest's hook
+    keeps on the item), for fixtures deciding to keep a stack's logs."""
+    rep = getattr(request.node, "rep_call", None)
+    return bool(rep and rep.failed)
 
 
 def job(job_id, schema="product.v1", prompt="Describe a product.", directive=None, **extra):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from stack import BUILD, Stack
+from stack import BUILD, Stack, failed
 
 # RETORT_BIN: another build of retort (a control run against an older commit)
 RETORT = os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort"))
@@ -797,11 +797,11 @@ def test_submit_refuses_a_line_over_the_message_size(stack):
 
 
 @pytest.fixture
-def control_stack():
+def control_stack(request):
     """A stack whose broker takes commands (mock-kafka --control)."""
     s = Stack(kafka_control=True)
     yield s
-    s.close()
+    s.close(keep=failed(request))
 
 
 def failed_submit(stack, ids, batch, errors):

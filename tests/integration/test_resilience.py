@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from stack import (BUILD, Stack, build_preload, chat_completion, free_port, job, jobs_gone, proc_cpu_s,
+from stack import (BUILD, Stack, build_preload, chat_completion, failed, free_port, job, jobs_gone, proc_cpu_s,
                    scrape_metrics, send_json, settle_metrics, wait_metrics)
 
 
@@ -635,7 +635,7 @@ def test_a_reset_redis_connection_is_noticed_at_once(stack):
 def control_stack(request):
     s = Stack(kafka_control=True)
     yield s
-    s.close()
+    s.close(keep=failed(request))
 
 
 def _metric(samples, name, outcomes=None):

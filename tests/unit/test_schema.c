@@ -1651,7 +1651,7 @@ static void test_validate_cli(void **state)
     assert_non_null(strstr(out, "usage: retort validate"));
 
     const char *names[] = { "s.json", "defs.json", "ok.json", "bad.json", "broken.json",
-                            "badschema.json", "lax.json", "stdout.txt", "stderr.txt" };
+                            "badschema.json", "lax.json", "nul.json", "stdout.txt", "stderr.txt" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "%s/%s", g_tmpdir, names[i]);
