@@ -414,10 +414,10 @@ class BenchStack(Stack):
                 out[jid] = (int(created) if created else None, [json.loads(x) for x in recs])
         return out
 
-    def close(self):
+    def close(self, keep=False):
         for t in self.tails:
             t.close()
-        super().close()
+        super().close(keep)
 
 
 def read_gauges(url):
