@@ -511,8 +511,8 @@ def latency_run(st, sc, w, tag, rate, m):
     lat_ids = set(lat_ids_list)
     # Redis rewrites its append-only file when it has doubled since the
     # last rewrite (64 MB at least): a fork and a child writing the live
-    # set on these 2 cores.  The throughput phase has written about 3 KB of
-    # AOF a job, so without this the rewrite would land in the measured
+    # set on these 2 cores.  The throughput phase has written about 1.9 KB
+    # of AOF a job, so without this the rewrite would land in the measured
     # seconds or not, run by run (a_instant, while the feeder still spun:
     # p99 75 ms with it, 34 without, one run each).  Rewriting first
     # starts every run from a compact file; a rewrite during the run is
@@ -543,6 +543,11 @@ def latency_run(st, sc, w, tag, rate, m):
     aof1 = st.redis_client().info("persistence")
     lat_load["redis_aof_rewrites"] = aof1["aof_rewrites"] - aof0["aof_rewrites"]
     lat_load["redis_aof_mb"] = round(aof1["aof_current_size"] / 1e6, 1)
+    if not lat_load["redis_aof_rewrites"]:
+        # what the turn's jobs added to the AOF (the lease's refreshes and
+        # the delivery marks included), from the file compacted before it
+        lat_load["redis_aof_bytes_per_job"] = round(
+            (aof1["aof_current_size"] - aof0["aof_current_size"]) / max(1, m))
     lat_outs = outcome_table(st, lat_ids)
     sub = st.topic_timestamps(st.jobs_topic, lat_ids)
     lat_hist = st.history(lat_ids)
@@ -619,6 +624,9 @@ def latency_figures(runs):
               "worker_cpu_us_per_job"):
         phase[k] = round(sum(r["phase"].get(k) or 0 for r in runs) / len(runs), 1)
     phase["redis_aof_mb"] = runs[-1]["phase"].get("redis_aof_mb")
+    per_job = [r["phase"]["redis_aof_bytes_per_job"] for r in runs if "redis_aof_bytes_per_job" in r["phase"]]
+    if per_job:
+        phase["redis_aof_bytes_per_job"] = round(sum(per_job) / len(per_job))
     stalls = {}
     for r in runs:
         for k, v in r["phase"].get("redis_stalls_max_ms", {}).items():
@@ -853,12 +861,12 @@ def run_scenario(sc):
         more = "".join("; %s attempts p50/p99 %.1f/%.1f ms" % (k, v["p50_ms"], v["p99_ms"])
                        for k, v in figs.get("added_latency_by_attempts", {}).items())
         stalls = phase.get("redis_stalls_max_ms") or {}
-        return "%s%s (worker %s us/job, mock broker %s%%, redis %s%%, mock LLM %s%% of a core; Redis's longest " \
-            "stalls: %s)" % (
+        return "%s%s (worker %s us/job, mock broker %s%%, redis %s%%, mock LLM %s%% of a core; AOF %s " \
+            "bytes a job; Redis's longest stalls: %s)" % (
                 ", ".join("%s %.1f/%.1f" % (k, v["p50"], v["p99"])
                           for k, v in figs.get("added_latency_parts_ms", {}).items()), more,
                 phase.get("worker_cpu_us_per_job"), phase.get("kafka_cpu_pct"), phase.get("redis_cpu_pct"),
-                phase.get("llm_cpu_pct"),
+                phase.get("llm_cpu_pct"), phase.get("redis_aof_bytes_per_job", "?"),
                 ", ".join("%s %d ms" % kv for kv in sorted(stalls.items())) or "none of 1 ms")
     if res.get("added_latency_parts_ms"):
         log("  %s: added latency by part, p50/p99 ms: %s" % (name, parts(res, res["latency_phase"])))
