@@ -502,6 +502,26 @@ def latency_phase(st, sc, res, worker_for):
     res.update(lat)
 
 
+def slow_commands(entries):
+    """SLOWLOG entries, slowest first, as [text, ms]: the command's name;
+    for a script, its SHA's first 8 digits and its first key up to the
+    hash tag (retort:job:, retort:worker:, ...), which tell the scripts
+    apart.  Redis 7 logs the commands a script runs as well as the
+    script: an EXPIRE as slow as its script says the script did not
+    compute for that long, Redis lost the CPU during it."""
+    out = []
+    for e in sorted(entries, key=lambda e: -e["duration"]):
+        cmd = e["command"]
+        if isinstance(cmd, bytes):
+            cmd = cmd.decode(errors="replace")
+        words = cmd.split()
+        name = words[0] if words else "?"
+        if name.upper() == "EVALSHA" and len(words) > 3:
+            name = "%s %s %s" % (name, words[1][:8], words[3].split("{")[0])
+        out.append([name[:80], round(e["duration"] / 1000.0, 1)])
+    return out
+
+
 def latency_run(st, sc, w, tag, rate, m):
     """m jobs at `rate` (the worker warm): the samples of the added latency
     (see latency_figures), and under "phase" the run's conditions."""
@@ -525,6 +545,11 @@ def latency_run(st, sc, w, tag, rate, m):
     rc = st.redis_client()
     rc.config_set("latency-monitor-threshold", 1)
     rc.execute_command("LATENCY", "RESET")
+    # and which commands took 1 ms or more ("command" above says only that
+    # some did)
+    slow_was = rc.config_get("slowlog-log-slower-than").get("slowlog-log-slower-than")
+    rc.config_set("slowlog-log-slower-than", 1000)
+    rc.execute_command("SLOWLOG", "RESET")
     infra0, t0, w0 = st.proc_cpu(), time.time(), proc_cpu_s(w.pid)
     feed = st.feed(lat_docs, rate=rate)
     wait_done(st, lat_ids, max(120, m / rate * 3 + 30), name + " latency", w.pid)
@@ -540,6 +565,8 @@ def latency_run(st, sc, w, tag, rate, m):
         lat_load[k + "_cpu_pct"] = round(100 * (infra1[k] - infra0[k]) / span, 1)
     lat_load["redis_stalls_max_ms"] = {str(e[0]): int(e[3]) for e in rc.execute_command("LATENCY", "LATEST")}
     rc.config_set("latency-monitor-threshold", 0)
+    lat_load["redis_slow_commands"] = slow_commands(rc.slowlog_get(10))
+    rc.config_set("slowlog-log-slower-than", slow_was)
     aof1 = st.redis_client().info("persistence")
     lat_load["redis_aof_rewrites"] = aof1["aof_rewrites"] - aof0["aof_rewrites"]
     lat_load["redis_aof_mb"] = round(aof1["aof_current_size"] / 1e6, 1)
@@ -632,6 +659,8 @@ def latency_figures(runs):
         for k, v in r["phase"].get("redis_stalls_max_ms", {}).items():
             stalls[k] = max(v, stalls.get(k, 0))
     phase["redis_stalls_max_ms"] = stalls
+    phase["redis_slow_commands"] = sorted((c for r in runs for c in r["phase"].get("redis_slow_commands", [])),
+                                          key=lambda c: -c[1])[:5]
     out = {"phase": phase}
     out["added_latency_p50_ms"] = round(percentile(added, 50) or 0, 1)
     out["added_latency_p99_ms"] = round(percentile(added, 99) or 0, 1)
@@ -862,12 +891,14 @@ def run_scenario(sc):
                        for k, v in figs.get("added_latency_by_attempts", {}).items())
         stalls = phase.get("redis_stalls_max_ms") or {}
         return "%s%s (worker %s us/job, mock broker %s%%, redis %s%%, mock LLM %s%% of a core; AOF %s " \
-            "bytes a job; Redis's longest stalls: %s)" % (
+            "bytes a job; Redis's longest stalls: %s%s)" % (
                 ", ".join("%s %.1f/%.1f" % (k, v["p50"], v["p99"])
                           for k, v in figs.get("added_latency_parts_ms", {}).items()), more,
                 phase.get("worker_cpu_us_per_job"), phase.get("kafka_cpu_pct"), phase.get("redis_cpu_pct"),
                 phase.get("llm_cpu_pct"), phase.get("redis_aof_bytes_per_job", "?"),
-                ", ".join("%s %d ms" % kv for kv in sorted(stalls.items())) or "none of 1 ms")
+                ", ".join("%s %d ms" % kv for kv in sorted(stalls.items())) or "none of 1 ms",
+                "; slowest commands: " + ", ".join("%s %.1f ms" % tuple(c) for c in phase["redis_slow_commands"])
+                if phase.get("redis_slow_commands") else "")
     if res.get("added_latency_parts_ms"):
         log("  %s: added latency by part, p50/p99 ms: %s" % (name, parts(res, res["latency_phase"])))
     es = res.get("latency_everysec")
