@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 uint64_t util_mono_us(void) {
     struct timespec ts;
@@ -258,8 +261,6 @@ int sbuf_append(sbuf *b, const char *s, size_t len) {
     return 0;
 }
 
-int sbuf_puts(sbuf *b, const char *s) { return sbuf_append(b, s, strlen(s)); }
-
 int sbuf_printf(sbuf *b, const char *fmt, ...) {
     /* Print into the room there is first: one pass in the common case. */
     if (sbuf_reserve(b, 64)) return -1;
@@ -281,32 +282,75 @@ int sbuf_printf(sbuf *b, const char *fmt, ...) {
     return 0;
 }
 
-int sbuf_json_string(sbuf *b, const char *s, size_t len) {
+/* 1 for the bytes a JSON string cannot hold as they are: the quote, the
+ * backslash and the control characters. */
+static const unsigned char json_special[256] = {[0 ... 0x1F] = 1, ['"'] = 1, ['\\'] = 1};
+
+#ifdef __SSE2__
+/* A bit per byte of v: set for the bytes json_special names. */
+static inline unsigned json_special_mask(__m128i v) {
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1F);
+    /* v <= 0x1F, unsigned: min(v, 0x1F) == v */
+    __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                             _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+    return (unsigned)_mm_movemask_epi8(m);
+}
+#endif
+
+/* Writes byte c, one json_special names, escaped at o; returns the end. */
+static inline char *json_escape_byte(char *o, unsigned char c) {
     static const char hex[] = "0123456789abcdef";
+    *o++ = '\\';
+    switch (c) {
+    case '"': *o++ = '"'; break;
+    case '\\': *o++ = '\\'; break;
+    case '\b': *o++ = 'b'; break;
+    case '\f': *o++ = 'f'; break;
+    case '\n': *o++ = 'n'; break;
+    case '\r': *o++ = 'r'; break;
+    case '\t': *o++ = 't'; break;
+    default:
+        *o++ = 'u'; *o++ = '0'; *o++ = '0';
+        *o++ = hex[c >> 4]; *o++ = hex[c & 15];
+    }
+    return o;
+}
+
+/* Writes [p, stop) escaped at o; returns the end. */
+static inline char *json_escape_run(char *o, const char *p, const char *stop) {
+    for (; p < stop; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (json_special[c]) o = json_escape_byte(o, c);
+        else *o++ = (char)c;
+    }
+    return o;
+}
+
+int sbuf_json_string(sbuf *b, const char *s, size_t len) {
     /* Worst case every byte becomes \u00XX. */
     if (sbuf_reserve(b, len * 6 + 2)) return -1;
     char *o = b->data + b->len;
+    const char *p = s, *end = s + len;
     *o++ = '"';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            continue;
+#ifdef __SSE2__
+    /* 16 bytes at a time: a block with nothing to escape is copied whole,
+     * one with something byte by byte.  Measured on the bench's answers
+     * and keys (the bulk of a job's 800 bytes here): 20% and 45% less
+     * time than a byte loop.  Leaving the block at its first quote and
+     * coming back cost 15% more than the byte loop on answers (a quote
+     * every 5 or 6 bytes), and a branch-free byte loop 25% more. */
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const void *)p);
+        if (json_special_mask(v)) {
+            o = json_escape_run(o, p, p + 16);
+        } else {
+            _mm_storeu_si128((void *)o, v);
+            o += 16;
         }
-        *o++ = '\\';
-        switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\r': *o++ = 'r'; break;
-        case '\t': *o++ = 't'; break;
-        default:
-            *o++ = 'u'; *o++ = '0'; *o++ = '0';
-            *o++ = hex[c >> 4]; *o++ = hex[c & 15];
-        }
+        p += 16;
     }
+#endif
+    o = json_escape_run(o, p, end);
     *o++ = '"';
     *o = '\0';
     b->len = (size_t)(o - b->data);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 uint64_t util_mono_ms(void);  /* monotonic clock, milliseconds */
 uint64_t util_mono_us(void);  /* monotonic clock, microseconds */
@@ -126,7 +127,9 @@ void util_utf8_cut_end(char *s);
  * when the size is known roughly.  0 = ok. */
 int sbuf_reserve(sbuf *b, size_t extra);
 int sbuf_append(sbuf *b, const char *s, size_t len);  /* 0 = ok */
-int sbuf_puts(sbuf *b, const char *s);
+/* Inline, so that the length of a literal (most calls) is the compiler's
+ * to count, not strlen's at every call. */
+static inline int sbuf_puts(sbuf *b, const char *s) { return sbuf_append(b, s, strlen(s)); }
 int sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s[0..len) as a quoted JSON string (UTF-8 passes through; quotes,
  * backslashes and control characters are escaped). */

@@ -115,6 +115,26 @@ static void test_sbuf_printf_grows(void **s) {
     sbuf_free(&b);
 }
 
+/* What sbuf_json_string writes, a byte at a time (the obvious way). */
+static size_t ref_escape(const unsigned char *in, size_t n, char *out) {
+    char *o = out;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = in[i];
+        if (c == '"' || c == '\\') o += sprintf(o, "\\%c", c);
+        else if (c == '\b') o += sprintf(o, "\\b");
+        else if (c == '\f') o += sprintf(o, "\\f");
+        else if (c == '\n') o += sprintf(o, "\\n");
+        else if (c == '\r') o += sprintf(o, "\\r");
+        else if (c == '\t') o += sprintf(o, "\\t");
+        else if (c < 0x20) o += sprintf(o, "\\u%04x", c);
+        else *o++ = (char)c;
+    }
+    *o++ = '"';
+    *o = '\0';
+    return (size_t)(o - out);
+}
+
 /* Escaped strings read back as the original through cJSON. */
 static void test_json_string(void **s) {
     (void)s;
@@ -133,7 +153,7 @@ static void test_json_string(void **s) {
         sbuf_free(&b);
     }
     /* Each byte that needs escaping (and some that do not), at every
-     * position of a 40-byte run: the word-at-a-time scan must find each. */
+     * position of a 40-byte run: the 16-byte blocks must find each. */
     static const unsigned char probes[] = {0x00, 0x01, 0x1f, 0x20, '"', '\\', '/', 0x7f, 0x80, 0xdf, 0xff, 'a'};
     for (size_t k = 0; k < sizeof(probes); k++) {
         for (size_t at = 0; at < 40; at++) {
@@ -144,25 +164,43 @@ static void test_json_string(void **s) {
             sbuf b = {0};
             sbuf_puts(&b, "pre");
             assert_int_equal(sbuf_json_string(&b, in, 40), 0);
-            /* What the byte loop wrote before the word scan. */
-            char want[400], *o = want;
-            o += sprintf(o, "pre\"");
-            for (size_t i = 0; i < 40; i++) {
-                unsigned char c = (unsigned char)in[i];
-                if (c == '"' || c == '\\') o += sprintf(o, "\\%c", c);
-                else if (c == '\b') o += sprintf(o, "\\b");
-                else if (c == '\f') o += sprintf(o, "\\f");
-                else if (c == '\n') o += sprintf(o, "\\n");
-                else if (c == '\r') o += sprintf(o, "\\r");
-                else if (c == '\t') o += sprintf(o, "\\t");
-                else if (c < 0x20) o += sprintf(o, "\\u%04x", c);
-                else *o++ = (char)c;
-            }
-            *o++ = '"';
-            *o = '\0';
+            char want[400];
+            memcpy(want, "pre", 3);
+            ref_escape((const unsigned char *)in, 40, want + 3);
             assert_int_equal(b.len, strlen(want));
             assert_memory_equal(b.data, want, b.len + 1);
             sbuf_free(&b);
+        }
+    }
+}
+
+/* Every length from 0 to 50 (whole 16-byte blocks, a tail, both), one or
+ * two bytes to escape at every position of it, in a buffer of exactly
+ * that length (the sanitized build reports a read past it): the escaped
+ * text is the byte loop's. */
+static void test_json_string_blocks(void **s) {
+    (void)s;
+    static const unsigned char probes[] = {0x00, 0x01, '\b', '\n', 0x1f, 0x20, '"', '\\', '/', 0x7f, 0x80, 0xff};
+    for (size_t n = 0; n <= 50; n++) {
+        for (size_t k = 0; k < sizeof(probes); k++) {
+            for (size_t at = 0; at <= n; at++) {     /* at == n: none */
+                for (size_t second = at; second <= n; second += 7) {
+                    unsigned char *in = malloc(n ? n : 1);
+                    assert_non_null(in);
+                    for (size_t i = 0; i < n; i++) in[i] = (unsigned char)('a' + i % 26);
+                    if (at < n) in[at] = probes[k];
+                    if (second < n && second != at) in[second] = '"';
+                    char want[512];
+                    size_t want_len = ref_escape(in, n, want);
+                    sbuf b = {0};
+                    assert_int_equal(sbuf_puts(&b, "<"), 0);
+                    assert_int_equal(sbuf_json_string(&b, (const char *)in, n), 0);
+                    assert_int_equal(b.len, 1 + want_len);
+                    assert_memory_equal(b.data + 1, want, want_len + 1);
+                    sbuf_free(&b);
+                    free(in);
+                }
+            }
         }
     }
 }
@@ -362,6 +400,7 @@ int main(void) {
         cmocka_unit_test(test_parse_rfc3339_ranges),
         cmocka_unit_test(test_sbuf_printf_grows),
         cmocka_unit_test(test_json_string),
+        cmocka_unit_test(test_json_string_blocks),
         cmocka_unit_test(test_read_file),
         cmocka_unit_test(test_clamp_ll),
         cmocka_unit_test(test_ltoa),
