@@ -52,7 +52,8 @@ how the slow jobs cluster (jobs of more than one attempt under
 latency phases at N jobs/s instead of half the measured rate (to compare
 two settings at one load), BENCH_INLINE_SCHEMAS=1 sends every job with its
 schema inline instead of its name (what the worker's schemas.inline_cache
-saves).
+saves), BENCH_TAILS_NICE=N sets the niceness of the outcome tails in the
+latency phases (default 10, 0 = as the stack's own processes).
 
 Each latency run starts with Redis's append-only file rewritten (the
 throughput phase left tens of MB of it; an automatic rewrite in the measured
@@ -94,6 +95,16 @@ PARTITIONS = 24
 LATENCY_DUMP = os.environ.get("BENCH_LATENCY_DUMP")
 LATENCY_RATE = float(os.environ.get("BENCH_LATENCY_RATE", "0"))
 LATENCY_FETCH_WAIT_MS = int(os.environ.get("BENCH_LATENCY_FETCH_WAIT_MS", "1"))
+# The kcat tails that watch the outcome topics are the bench's instruments,
+# not the stack it measures (their timestamps are Kafka's, set by the
+# worker's produce call), but at nice 0 they took the CPU from it in bursts:
+# three a_instant runs with the tails at nice 0 and three at nice 10, in
+# turns (2026-11-27), gave p99s of 5.8 / 5.5 / 6.7 against 5.6 / 4.8 / 6.1 ms
+# under `always` and 3.6 / 11.9 / 17.4 against 3.4 / 3.4 / 5.4 under
+# `everysec`, the spikes in the kafka part (8-10 ms).  Only for the latency
+# phases: in a throughput phase the two cores are full, and tails niced
+# there would fall behind and hold back the backlog feeder (st.phase_done).
+TAILS_NICE = int(os.environ.get("BENCH_TAILS_NICE", "10"))
 # Each latency turn reads a jobs topic of its own, empty when it starts,
 # with a worker of its own.  librdkafka's mock broker finds a fetch's offset
 # by walking the partition's log from its first message set (rdkafka_mock.c,
@@ -447,6 +458,11 @@ def latency_phase(st, sc, res, worker_for):
     worker of a turn (0-3; see run_scenario): a new one, on a jobs topic of
     its own, with LATENCY_TOPIC."""
     name = sc["name"]
+    if TAILS_NICE:
+        for t in st.tails:
+            # every thread (librdkafka's fetch there): on Linux a nice is a thread's
+            for tid in os.listdir("/proc/%d/task" % t.proc.pid):
+                os.setpriority(os.PRIO_PROCESS, int(tid), TAILS_NICE)
     rate = LATENCY_RATE or max(5.0, res["jobs_per_s"] / 2)
     m = int(min(max(n(400), rate * 8), n(10000)))
     # A second and a half of the same pace first, not measured: the
@@ -1123,7 +1139,7 @@ def main():
         "worker_binary": os.environ.get("BENCH_WORKER") or os.path.join(BUILD, "retort"),
         "redis_appendfsync": os.environ.get("STACK_REDIS_APPENDFSYNC", "always"),
         "fetch_wait_max_ms": {"throughput": FETCH_WAIT_MS, "latency": LATENCY_FETCH_WAIT_MS},
-        "outcome_partitioning": OUTCOME_PARTITIONING}}
+        "outcome_partitioning": OUTCOME_PARTITIONING, "latency_tails_nice": TAILS_NICE}}
     results["env"]["busy_before_pct"] = round(busy, 1)
     try:   # read-only: which tree was measured
         results["env"]["git_head"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
