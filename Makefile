@@ -47,7 +47,7 @@ ASAN_UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(ASAN_BUILD)/%)
 
 PY := /usr/bin/python3
 
-.PHONY: all deps test unit unit-asan shared-data conformance integration integration-asan compose-check demo bench bench-schema fuzz clean
+.PHONY: all deps test unit unit-asan shared-data conformance integration integration-asan compose-check demo bench bench-schema bench-instructions fuzz clean
 
 all: $(BUILD)/retort $(BUILD)/retort-worker $(BUILD)/mock-llm $(BUILD)/mock-kafka
 
@@ -276,6 +276,14 @@ demo: deps all
 bench: deps all $(BUILD)/bench-curl $(BUILD)/bench-relay
 	$(PY) tests/bench.py
 	$(MAKE) --no-print-directory bench-schema
+
+# The worker's instructions a job under callgrind, against bare curl's a
+# request: a yardstick that does not move with the machine, for changes too
+# small for make bench's timings (WORKERS="a/retort b/retort" compares builds).
+bench-instructions: deps all $(BUILD)/bench-curl $(BUILD)/bench-relay
+	@dpkg -s valgrind >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; }
+	$(PY) tests/bench_instructions.py $(foreach w,$(WORKERS),--worker $(w))
 
 clean:
 	rm -rf $(BUILD)
