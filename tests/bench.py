@@ -71,8 +71,8 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_lib import (BUILD, FETCH_WAIT_MS, LATENCY_JOBS_TOPIC, OUTCOME_PARTITIONING, REPO, SCHEMAS, PROMPTS, BenchStack, Sampler, build_tools,  # noqa: E402
-                       chat_body, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
+from bench_lib import (BUILD, FETCH_WAIT_MS, LATENCY_JOBS_TOPIC, OUTCOME_PARTITIONING, REPO, BenchStack, Sampler, build_tools,  # noqa: E402
+                       bodies_file, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
                        proc_allocator, proc_cpu_s, proc_status_kb, slope)
 from stack import free_port  # noqa: E402
 import redis  # noqa: E402
@@ -260,16 +260,6 @@ def floors():
     finally:
         st.close(keep=sys.exc_info()[0] is not None)
     return out
-
-
-def bodies_file(st, name, directive=""):
-    """A file of the worker's request bodies, one per schema, each prompt
-    followed by a mock directive."""
-    path = os.path.join(st.dir, name)
-    with open(path, "w") as f:
-        for s in SCHEMAS:
-            f.write(chat_body(s, PROMPTS[s] + directive) + "\n")
-    return path
 
 
 def curl_floor(st, key, path, reqs, conc):

@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "integration"))
 os.environ.setdefault("TESTS_NO_BUILD", "1")
 
-from bench_lib import BenchStack, job_doc, chat_body, SCHEMAS, PROMPTS  # noqa: E402
+from bench_lib import BenchStack, bodies_file, job_doc  # noqa: E402
 from stack import BUILD, REPO  # noqa: E402
 
 N1, N2 = (int(x) for x in os.environ.get("BENCH_INSTR_JOBS", "500 2500").split())
@@ -127,10 +127,7 @@ def main():
     keep = True
     try:
         st.start_tails()
-        bodies = os.path.join(st.dir, "bodies.txt")
-        with open(bodies, "w") as f:
-            for s in SCHEMAS:
-                f.write(chat_body(s, PROMPTS[s]) + "\n")
+        bodies = bodies_file(st, "bodies.txt")
         files = {}
         # In turns (each N1 run beside its N2 run), so that a drift of the
         # stack between them lands on every build alike.

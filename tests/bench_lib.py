@@ -145,6 +145,16 @@ def chat_body(schema_name, prompt, model="mock-1"):
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
+def bodies_file(st, name, directive=""):
+    """A file of the worker's request bodies, one per schema, each prompt
+    followed by a mock directive."""
+    path = os.path.join(st.dir, name)
+    with open(path, "w") as f:
+        for s in SCHEMAS:
+            f.write(chat_body(s, PROMPTS[s] + directive) + "\n")
+    return path
+
+
 def job_doc(job_id, i, directive=None):
     schema = SCHEMAS[i % len(SCHEMAS)]
     prompt = PROMPTS[schema]
