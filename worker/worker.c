@@ -37,7 +37,6 @@
 #include "webhook.h"
 
 #define OUTPUT_RECORD_CAP 65536
-#define MAP_BUCKETS 16384
 
 typedef struct worker worker;
 
@@ -240,7 +239,11 @@ struct worker {
     int retry_local;         /* retry.local */
     recent *continued;       /* retry.local: attempts run here, by job */
     uint64_t seq;
-    wjob *map[MAP_BUCKETS];
+    /* the live jobs by job id: a power of two of buckets, twice the jobs a
+     * process can hold (max_jobs + max_delivering), so the table stays in
+     * cache (a fixed 16,384 took a cache miss a message at 64 in flight) */
+    wjob **map;
+    unsigned map_mask;
     wjob *jobs;              /* every live wjob */
     uv_signal_t sigterm, sigint;
     uv_timer_t drain_timer;
@@ -254,20 +257,20 @@ struct worker {
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static unsigned hash_str(const char *s) {
+static unsigned hash_str(const worker *w, const char *s) {
     unsigned h = 2166136261u;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-    return h % MAP_BUCKETS;
+    return h & w->map_mask;
 }
 
 static wjob *map_find(worker *w, const char *id) {
-    for (wjob *j = w->map[hash_str(id)]; j; j = j->hnext)
+    for (wjob *j = w->map[hash_str(w, id)]; j; j = j->hnext)
         if (!strcmp(j->job.job_id, id)) return j;
     return NULL;
 }
 
 static void map_put(worker *w, wjob *j) {
-    unsigned h = hash_str(j->job.job_id);
+    unsigned h = hash_str(w, j->job.job_id);
     j->hnext = w->map[h];
     w->map[h] = j;
     j->in_map = 1;
@@ -275,7 +278,7 @@ static void map_put(worker *w, wjob *j) {
 
 static void map_del(worker *w, wjob *j) {
     if (!j->in_map) return;
-    for (wjob **pp = &w->map[hash_str(j->job.job_id)]; *pp; pp = &(*pp)->hnext) {
+    for (wjob **pp = &w->map[hash_str(w, j->job.job_id)]; *pp; pp = &(*pp)->hnext) {
         if (*pp == j) {
             *pp = j->hnext;
             break;
@@ -2310,6 +2313,13 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     if (w->max_jobs < w->max_inflight) w->max_jobs = w->max_inflight;
     w->max_delivering = (size_t)config_get_int(cfg, "worker.max_delivering");
     if (!w->max_delivering) w->max_delivering = w->max_jobs;
+    size_t buckets = 64;
+    while (buckets < 2 * (w->max_jobs + w->max_delivering) && buckets < ((size_t)1 << 30)) buckets <<= 1;
+    if (!(w->map = calloc(buckets, sizeof(*w->map)))) {
+        log_error(NULL, 0, "out of memory");
+        goto out;
+    }
+    w->map_mask = (unsigned)(buckets - 1);
     if (!(w->gate = llm_gate_new(w->max_inflight, config_get_bool(cfg, "llm.aimd"), w->backoff_max, gate_start, w))) {
         log_error(NULL, 0, "out of memory");
         goto out;
@@ -2462,6 +2472,7 @@ out:;
     free(w->rl_models);
     for (size_t i = 0; i < w->rl_nqueues; i++) free(w->rl_queues[i]);
     llm_gate_free(w->gate);
+    free(w->map);
     free(w);
     return rc;
 }
