@@ -61,25 +61,46 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
         return -1;
     }
     out->doc = doc;
-    out->job_id = get_str(doc, "job_id");
-    out->schema = cJSON_GetObjectItemCaseSensitive(doc, "schema");
-    out->model = get_str(doc, "model");
-    out->batch_id = get_str(doc, "batch_id");
-    out->params = cJSON_GetObjectItemCaseSensitive(doc, "params");
-    out->metadata = cJSON_GetObjectItemCaseSensitive(doc, "metadata");
-    out->reflection = cJSON_GetObjectItemCaseSensitive(doc, "reflection");
-    const cJSON *rn = cJSON_GetObjectItemCaseSensitive(doc, "run");
+    /* The members in one pass, not a lookup by name each (twelve walks of
+     * the list, a strcmp a member): the first of a name counts, as a
+     * lookup would find it. */
+    const cJSON *jid = NULL, *model = NULL, *batch = NULL, *rn = NULL, *a = NULL, *m = NULL, *tb = NULL, *dl = NULL;
+    for (const cJSON *c = doc->child; c; c = c->next) {
+        const char *k = c->string;
+        const cJSON **slot = NULL;
+        if (!k) continue;
+        switch (k[0]) {
+        case 'a': if (!strcmp(k, "attempt")) slot = &a; break;
+        case 'b': if (!strcmp(k, "batch_id")) slot = &batch; break;
+        case 'd': if (!strcmp(k, "deadline")) slot = &dl; break;
+        case 'j': if (!strcmp(k, "job_id")) slot = &jid; break;
+        case 'm':
+            if (!strcmp(k, "model")) slot = &model;
+            else if (!strcmp(k, "max_attempts")) slot = &m;
+            else if (!strcmp(k, "metadata")) slot = &out->metadata;
+            break;
+        case 'p': if (!strcmp(k, "params")) slot = &out->params; break;
+        case 'r':
+            if (!strcmp(k, "run")) slot = &rn;
+            else if (!strcmp(k, "reflection")) slot = &out->reflection;
+            break;
+        case 's': if (!strcmp(k, "schema")) slot = &out->schema; break;
+        case 't': if (!strcmp(k, "token_budget")) slot = &tb; break;
+        default: break;
+        }
+        if (slot && !*slot) *slot = c;
+    }
+    out->job_id = cJSON_IsString(jid) ? jid->valuestring : NULL;
+    out->model = cJSON_IsString(model) ? model->valuestring : NULL;
+    out->batch_id = cJSON_IsString(batch) ? batch->valuestring : NULL;
     out->run = (int)num_in(rn, INT_BOUND, 1);
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "attempt");
     out->attempt = (int)num_in(a, INT_BOUND, 1);
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(doc, "max_attempts");
     int max = (int)num_in(m, INT_BOUND, default_max_attempts);
     if (max > max_attempts_ceiling) max = max_attempts_ceiling;
     out->max_attempts = max;
     out->max_attempts_set = cJSON_IsNumber(m);
-    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(doc, "token_budget");
     out->token_budget = (long)num_in(tb, 1000000000000000LL, 0);
-    const char *deadline = get_str(doc, "deadline");
+    const char *deadline = cJSON_IsString(dl) ? dl->valuestring : NULL;
     char why[128];
     if (deadline && util_parse_rfc3339(deadline, &out->deadline_ms, why, sizeof(why))) {
         snprintf(err, errlen, "not a valid job: /deadline: '%s' is not an RFC 3339 date-time: %s", deadline, why);

@@ -58,6 +58,57 @@ static void test_valid(void **s)
     schema_free(env);
 }
 
+/* Every member the job is read from, by its exact name, among names that
+ * share a first letter or a prefix with them; the first of a name counts
+ * (as a lookup by name finds it); the defaults when a member is absent or
+ * of another type. */
+static void test_members(void **s)
+{
+    (void)s;
+    schema *env = envelope();
+    job j;
+    char err[256] = "", id[64];
+    const char *text = "{\"mod\":\"no\",\"models\":\"no\",\"model\":\"m-1\",\"model\":\"m-2\",\"job_id\":\"j\","
+                       "\"schema\":{\"type\":\"object\"},\"runs\":7,\"run\":3,\"attempts\":9,\"attempt\":2,"
+                       "\"max_attempt\":1,\"max_attempts\":5,\"meta\":1,\"metadata\":{\"a\":1},\"param\":0,"
+                       "\"params\":{\"temperature\":0},\"reflect\":0,\"reflection\":{\"violations\":[]},"
+                       "\"batch\":\"no\",\"batch_id\":\"b-1\",\"token\":1,\"token_budget\":900,"
+                       "\"dead\":\"x\",\"deadline\":\"2026-01-01T00:00:01Z\",\"\":\"\",\"zzz\":[]}";
+    assert_int_equal(parse(env, text, &j, err, sizeof err, id, sizeof id), 0);
+    assert_string_equal(j.job_id, "j");
+    assert_true(cJSON_IsObject(j.schema));
+    assert_string_equal(j.model, "m-1");
+    assert_string_equal(j.batch_id, "b-1");
+    assert_int_equal(j.run, 3);
+    assert_int_equal(j.attempt, 2);
+    assert_int_equal(j.max_attempts, 5);
+    assert_int_equal(j.max_attempts_set, 1);
+    assert_true(cJSON_IsObject(j.metadata) && cJSON_GetObjectItem(j.metadata, "a"));
+    assert_true(cJSON_IsObject(j.params) && cJSON_GetObjectItem(j.params, "temperature"));
+    assert_true(cJSON_IsObject(j.reflection) && cJSON_GetObjectItem(j.reflection, "violations"));
+    assert_true(j.token_budget == 900);
+    assert_true(j.deadline_ms == 1767225601000LL);
+    job_clear(&j);
+
+    /* absent, or of another type: the defaults */
+    text = "{\"job_id\":\"j\",\"schema\":\"x\",\"model\":1,\"batch_id\":[],\"run\":\"3\",\"max_attempts\":\"5\","
+           "\"token_budget\":null}";
+    assert_int_equal(parse(env, text, &j, err, sizeof err, id, sizeof id), 0);
+    assert_null(j.model);
+    assert_null(j.batch_id);
+    assert_int_equal(j.run, 1);
+    assert_int_equal(j.attempt, 1);
+    assert_int_equal(j.max_attempts, 3);
+    assert_int_equal(j.max_attempts_set, 0);
+    assert_true(j.token_budget == 0);
+    assert_null(j.params);
+    assert_null(j.metadata);
+    assert_null(j.reflection);
+    assert_true(j.deadline_ms == 0);
+    job_clear(&j);
+    schema_free(env);
+}
+
 /* text is refused, with an error that begins with want */
 static void expect_rejected(const schema *env, const char *text, const char *want)
 {
@@ -179,6 +230,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
+        cmocka_unit_test(test_members),
         cmocka_unit_test(test_rejected),
         cmocka_unit_test(test_number_bounds),
         cmocka_unit_test(test_retry_reflection),
