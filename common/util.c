@@ -253,14 +253,6 @@ int sbuf_reserve(sbuf *b, size_t extra) {
     return 0;
 }
 
-int sbuf_append(sbuf *b, const char *s, size_t len) {
-    if (sbuf_reserve(b, len)) return -1;
-    memcpy(b->data + b->len, s, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return 0;
-}
-
 int sbuf_printf(sbuf *b, const char *fmt, ...) {
     /* Print into the room there is first: one pass in the common case. */
     if (sbuf_reserve(b, 64)) return -1;
@@ -419,18 +411,20 @@ long long util_clamp_ll(double d, long long lo, long long hi) {
 }
 
 size_t util_ltoa(long long v, char *buf) {
-    char tmp[20], *p = tmp + sizeof(tmp);
+    /* Digits written in place, their count found first: most numbers here
+     * are short (lengths in Redis commands, attempts), and the copy out of
+     * a scratch buffer was a call to memcpy each time. */
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    size_t n = v < 0, digits = 1;
+    for (unsigned long long t = u; t >= 10; t /= 10) digits++;
+    if (v < 0) buf[0] = '-';
+    n += digits;
+    buf[n] = '\0';
+    char *p = buf + n;
     do {
         *--p = (char)('0' + u % 10);
         u /= 10;
     } while (u);
-    size_t n = 0;
-    if (v < 0) buf[n++] = '-';
-    size_t digits = (size_t)(tmp + sizeof(tmp) - p);
-    memcpy(buf + n, p, digits);
-    n += digits;
-    buf[n] = '\0';
     return n;
 }
 

@@ -227,18 +227,27 @@ static void test_clamp_ll(void **s) {
                      util_clamp_ll(cases[i].d, cases[i].lo, cases[i].hi), cases[i].want);
 }
 
-/* util_ltoa writes what snprintf's %lld does, at the edges too. */
+/* util_ltoa(v) writes what snprintf's %lld does, and says its length. */
+static void check_ltoa(long long v) {
+    char got[21], want[32];
+    memset(got, 'x', sizeof(got));
+    size_t n = util_ltoa(v, got);
+    snprintf(want, sizeof(want), "%lld", v);
+    assert_string_equal(got, want);
+    assert_int_equal(n, strlen(want));
+}
+
+/* util_ltoa at the edges: of the type, and of every digit count (the
+ * count is found before the digits are written), both signs. */
 static void test_ltoa(void **s) {
     (void)s;
     const long long v[] = {0, 1, -1, 9, 10, -10, 99, 100, 123456789, -987654321, 1000000000000000000LL,
                            9223372036854775807LL, -9223372036854775807LL - 1};
-    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
-        char got[21], want[32];
-        memset(got, 'x', sizeof(got));
-        size_t n = util_ltoa(v[i], got);
-        snprintf(want, sizeof(want), "%lld", v[i]);
-        assert_string_equal(got, want);
-        assert_int_equal(n, strlen(want));
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) check_ltoa(v[i]);
+    for (long long p = 1; p <= 1000000000000000000LL; p *= 10) {
+        const long long e[] = {p - 1, p, p + 1, -(p - 1), -p, -(p + 1)};
+        for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) check_ltoa(e[i]);
+        if (p > 1000000000000000000LL / 10) break;
     }
 }
 
