@@ -380,6 +380,7 @@ typedef struct oa_scan {
     int choice;                   /* OpenAI: choices[0] is an object */
     int blocks;                   /* Anthropic: content is an array */
     sbuf text;                    /* Anthropic: its text blocks, joined */
+    int nul;                      /* a string escapes U+0000 (every string passes oa_string) */
 } oa_scan;
 
 static void oa_ws(oa_scan *s) {
@@ -413,6 +414,7 @@ static int oa_string(oa_scan *s, const char **raw, size_t *len, int *esc) {
             /* cJSON decodes every string, so a lone surrogate anywhere
              * fails its parse: give up on one here too */
             if (end - p < 6 || util_hex4(p + 2, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+            if (!cp) s->nul = 1;
             p += 6;
             if (cp >= 0xD800 && cp <= 0xDBFF) {
                 if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || util_hex4(p + 2, &cp) || cp < 0xDC00 || cp > 0xDFFF)
@@ -795,7 +797,9 @@ static int an_top_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     return oa_value(s);
 }
 
-int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_result *out) {
+/* llm_api_scan, and *nul: 1 when a string of the body escapes U+0000 (what
+ * has_nul_escape finds, told by the one pass there is). */
+static int scan(llm_provider provider, const char *body, size_t len, llm_api_result *out, int *nul) {
     oa_scan s = {0};
     s.p = body;
     s.end = body + len;
@@ -824,6 +828,7 @@ int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_re
         s.content = NULL;
         openai_classify(out, s.fr, s.refusal, out->text);
     }
+    *nul = s.nul;
     rc = 0;
 done:
     free(s.fr);
@@ -831,6 +836,11 @@ done:
     free(s.content);
     sbuf_free(&s.text);
     return rc;
+}
+
+int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_result *out) {
+    int nul;
+    return scan(provider, body, len, out, &nul);
 }
 
 /* 1 when body[0..len) holds the JSON escape \u0000: a "\u0000" whose
@@ -848,12 +858,15 @@ static int has_nul_escape(const char *body, size_t len) {
 
 void llm_api_parse(llm_provider provider, long status, const char *body, size_t len,
                    llm_api_result *out) {
-    if (!(status >= 200 && status < 300 && body && len && llm_api_scan(provider, body, len, out) == 0))
+    int nul = 0;
+    if (!(status >= 200 && status < 300 && body && len && scan(provider, body, len, out, &nul) == 0)) {
         llm_api_parse_dom(provider, status, body, len, out);
-    /* Checked on the body, the one place both readers share: it costs a
-     * memmem of the answer, and a NUL anywhere but in the text (an id?)
-     * only costs a retry. */
-    if (out->category == DECIDE_CAT_OK && body && has_nul_escape(body, len)) out->text_nul = 1;
+        nul = body && has_nul_escape(body, len);
+    }
+    /* Anywhere in the body, as the scanner's pass tells it (after cJSON,
+     * a memmem of the body): a NUL anywhere but in the text (an id?) only
+     * costs a retry. */
+    if (out->category == DECIDE_CAT_OK && nul) out->text_nul = 1;
     /* A refusal or an API's message goes into events and retry jobs as it
      * is: bad bytes in it are replaced (the readers do not check). */
     size_t elen = strlen(out->error);

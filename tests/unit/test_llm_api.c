@@ -100,6 +100,27 @@ static void test_nul_in_answer(void **s) {
             fail_msg("%s: text_nul %d, expected %d", cases[i].body, r.text_nul, cases[i].nul);
         llm_api_result_clear(&r);
     }
+    /* A NUL in a member nobody reads: the scanner takes such a body (so
+     * the flag is its pass's), and flags it as the search of the body did;
+     * an escaped backslash before "u0000" is no NUL, there either. */
+    static const struct {
+        const char *body;
+        int nul;
+    } unread[] = {
+        { "{\"id\":\"x\\u0000\",\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"stop\"}]}", 1 },
+        { "{\"id\":\"x\\\\u0000\",\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"stop\"}]}", 0 },
+        { "{\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"stop\",\"x\":[\"\\u0000\"]}]}", 1 },
+    };
+    for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++) {
+        llm_api_result r;
+        assert_int_equal(llm_api_scan(LLM_PROVIDER_OPENAI, unread[i].body, strlen(unread[i].body), &r), 0);
+        llm_api_result_clear(&r);
+        llm_api_parse(LLM_PROVIDER_OPENAI, 200, unread[i].body, strlen(unread[i].body), &r);
+        assert_int_equal(r.category, DECIDE_CAT_OK);
+        if (r.text_nul != unread[i].nul)
+            fail_msg("%s: text_nul %d, expected %d", unread[i].body, r.text_nul, unread[i].nul);
+        llm_api_result_clear(&r);
+    }
     /* not an answer: nothing to flag */
     const char *refusal = "{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"no\\u0000\"},"
                           "\"finish_reason\":\"stop\"}]}";
