@@ -125,6 +125,12 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, i
  * message produce its outcome again, with the same event id). */
 int state_published(state *st, const char *job_id, int attempt);
 
+/* Reads a script's head line, "VERDICT STATUS ATTEMPT PUBLISHED TOKENS
+ * [OWNER]", line[0..len) (NUL-terminated at len, as hiredis leaves a
+ * reply: rep->owner points into it), into rep; STATUS is copied into buf.
+ * 0 = ok, -1 on a line of another shape.  Exposed for the unit tests. */
+int state_parse_head(const char *line, size_t len, state_reply *rep, char *buf, size_t buflen);
+
 /* The command argv[0..argc) (lengths in lens) in Redis's wire format
  * (RESP: an array of bulk strings, what redisFormatCommandArgv writes)
  * into b, replacing what it held.  0 = ok, -1 on out of memory.  Exposed

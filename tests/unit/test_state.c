@@ -71,6 +71,54 @@ static void stale_cb(uv_poll_t *h, int status, int events)
     (void)h, (void)status, (void)events;
 }
 
+/* A script's head line: the verdict, the status, three numbers (to long
+ * long's range, as strtoll held them) and the owner when there is one;
+ * any other shape is refused. */
+static void test_parse_head(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *line;
+        int rc;
+        state_verdict verdict;
+        const char *status;
+        long long attempt, published, tokens;
+        const char *owner;
+    } cases[] = {
+        {"go  1 0 0", 0, STATE_GO, "", 1, 0, 0, NULL},
+        {"done final 3 3 1234 w-1:inc:7", 0, STATE_DONE, "final", 3, 3, 1234, "w-1:inc:7"},
+        {"busy running 2 1 99 owner with spaces", 0, STATE_BUSY, "running", 2, 1, 99, "owner with spaces"},
+        {"ok final 12 0 9999999999999999", 0, STATE_OK, "final", 12, 0, 9999999999999999LL, NULL},
+        {"stale x 0 -1 0", 0, STATE_STALE, "x", 0, -1, 0, NULL},
+        {"retried retrying 4 4 9223372036854775807", 0, STATE_RETRIED, "retrying", 4, 4, 9223372036854775807LL, NULL},
+        {"superseded x 5 5 9999999999999999999", 0, STATE_SUPERSEDED, "x", 5, 5, 9223372036854775807LL, NULL},
+        {"go x 1 0 -9999999999999999999", 0, STATE_GO, "x", 1, 0, -9223372036854775807LL - 1, NULL},
+        {"go x 1 0 99999999999999999999", -1, 0, NULL, 0, 0, 0, NULL},  /* 20 digits */
+        {"go x 1 0", -1, 0, NULL, 0, 0, 0, NULL},
+        {"go x 1 0 7x", -1, 0, NULL, 0, 0, 0, NULL},
+        {"go x 1 0 -", -1, 0, NULL, 0, 0, 0, NULL},
+        {"go x 1  0 0", -1, 0, NULL, 0, 0, 0, NULL},
+        {"go x +1 0 0", -1, 0, NULL, 0, 0, 0, NULL},
+        {"maybe x 1 0 0", -1, 0, NULL, 0, 0, 0, NULL},
+        {"go", -1, 0, NULL, 0, 0, 0, NULL},
+        {"go a-status-longer-than-the-buffer 1 0 0", -1, 0, NULL, 0, 0, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        state_reply rep = {0};
+        char buf[16];
+        int rc = state_parse_head(cases[i].line, strlen(cases[i].line), &rep, buf, sizeof(buf));
+        if (rc != cases[i].rc) fail_msg("\"%s\": rc %d, expected %d", cases[i].line, rc, cases[i].rc);
+        if (rc) continue;
+        assert_int_equal(rep.verdict, cases[i].verdict);
+        assert_string_equal(rep.status, cases[i].status);
+        assert_true(rep.attempt == cases[i].attempt);
+        assert_true(rep.published == cases[i].published);
+        assert_true(rep.tokens_used == cases[i].tokens);
+        if (cases[i].owner) assert_string_equal(rep.owner, cases[i].owner);
+        else assert_null(rep.owner);
+    }
+}
+
 /* libuv still watching an fd number (a handle left on a closed socket)
  * makes the next poll handle on that number fail with EEXIST.  hiredis's
  * libuv adapter set its cleanup before making its handle, so the
@@ -238,6 +286,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_command),
+        cmocka_unit_test(test_parse_head),
         cmocka_unit_test(test_an_fd_libuv_still_watches_is_tried_again),
         cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
                                         redis_stop),
