@@ -94,6 +94,11 @@ int log_format_parse(const char *s, log_format *out) {
 
 int log_enabled(log_level level) { return level >= log_min; }
 
+/* Bytes a log line's JSON strings take as they are. */
+static const unsigned char log_plain[256] = {
+    [0x20 ... 0x21] = 1, [0x23 ... 0x5B] = 1, [0x5D ... 0x7F] = 1, /* not '"', '\\' */
+};
+
 /* Appends s JSON-escaped; returns the new length (clamped to cap - 1).
  * A character is copied whole or not at all, so that a line cut at cap
  * stays UTF-8 (byte by byte, the cut fell inside one), and a byte that
@@ -101,6 +106,10 @@ int log_enabled(log_level level) { return level >= log_min; }
  * \ufffd: a log line is always valid JSON. */
 static size_t json_escape_into(char *buf, size_t len, size_t cap, const char *s) {
     while (*s && len + 7 < cap) { /* room for the longest: \u00XX */
+        /* a run of printable ASCII but '"' and '\\' (most of a line),
+         * copied as it is: one table look a byte (a line a job at info) */
+        while (log_plain[(unsigned char)*s] && len + 7 < cap) buf[len++] = *s++;
+        if (!*s || len + 7 >= cap) break;
         unsigned char c = (unsigned char)*s;
         if (c >= 0x80) {
             size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;

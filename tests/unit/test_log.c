@@ -105,6 +105,27 @@ static void reset_stderr(void)
     assert_int_equal(lseek(STDERR_FILENO, 0, SEEK_SET), 0);
 }
 
+/* Every ASCII byte, in a message and a job id, reads back as it was:
+ * the plain runs copied whole, the rest escaped. */
+static void test_every_ascii_byte_reads_back(void **state)
+{
+    (void)state;
+    char buf[8192], msg[300];
+    size_t n = 0;
+    for (int round = 0; round < 2; round++)
+        for (int c = 1; c < 0x80; c++) msg[n++] = (char)c;
+    msg[n] = '\0';
+    log_init(LOG_INFO, LOG_FORMAT_JSON, "w");
+    reset_stderr();
+    log_info(msg + 1, 1, "%s", msg);
+    written(buf, sizeof buf);
+    cJSON *line = cJSON_Parse(buf);
+    assert_non_null(line);
+    assert_string_equal(cJSON_GetObjectItem(line, "msg")->valuestring, msg);
+    assert_string_equal(cJSON_GetObjectItem(line, "job_id")->valuestring, msg + 1);
+    cJSON_Delete(line);
+}
+
 /* s repeated to n bytes (whole copies) after lead bytes of 'a' */
 static void fill(char *out, size_t lead, const char *s, size_t n)
 {
@@ -312,6 +333,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_unbuffered_writes_each_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_line_is_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_ascii_byte_reads_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_json_line_stays_utf8, setup, teardown),
         cmocka_unit_test_setup_teardown(test_text_record_is_one_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_buffered_until_flush, setup, teardown),
