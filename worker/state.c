@@ -27,12 +27,24 @@
     "  return h\n" \
     "end\n"
 
+/* Gives key k (just written) its TTL anew, unless the TTL it has is
+ * already within a second of s seconds: a job's hash, given its TTL by
+ * begin a moment ago, is not given it again by finish.  An EXPIRE is a
+ * record in the append-only file and a command to propagate (with `always`,
+ * fsync'd like the writes), and a job answered at the first attempt made
+ * three where two are needed.  A key without a TTL (-1: made by this
+ * script) or gone (-2) always differs by more than a second. */
+#define SCRIPT_TTL \
+    "local function ttl(k, s)\n" \
+    "  if math.abs(redis.call('PTTL', k) - s * 1000) >= 1000 then redis.call('EXPIRE', k, s) end\n" \
+    "end\n"
+
 /* BEGIN: decides what a received job message means.  The owner of the
  * attempt comes back with 'done' and 'retried' (its outcome may still be
  * on its way) and with 'busy': the attempt is running on another worker,
  * unless ARGV[8] names that owner (gone: the caller takes the attempt
  * over). */
-static const char script_begin[] = SCRIPT_HEAD
+static const char script_begin[] = SCRIPT_HEAD SCRIPT_TTL
     "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens',\n"
     "                     'run', 'owner', 'created')\n"
     "local cur = tonumber(f[1]) or 0\n"
@@ -86,7 +98,7 @@ static const char script_begin[] = SCRIPT_HEAD
     "if ARGV[6] ~= '' then w[#w + 1] = 'batch_id' w[#w + 1] = ARGV[6] end\n"
     "if mrun > 1 then w[#w + 1] = 'run' w[#w + 1] = mrun end\n"
     "redis.call('HSET', KEYS[1], unpack(w))\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
+    "ttl(KEYS[1], tonumber(ARGV[5]))\n"
     "return head('go', 'running', att, pub, tok)\n";
 
 /* FINISH: records an attempt's outcome, once, if we still own it.  With
@@ -99,8 +111,10 @@ static const char script_begin[] = SCRIPT_HEAD
  * HINCRBYed (the script runs alone: the same), and the batch's keys get
  * their TTL anew only when the hash's has drifted a second from the
  * configured one: at most once a second per batch while the workers agree
- * on redis.ttl_s, not three EXPIREs per attempt. */
-static const char script_finish[] = SCRIPT_HEAD
+ * on redis.ttl_s, not three EXPIREs per attempt.  The job's own two keys
+ * likewise (see SCRIPT_TTL): its history list when RPUSH made it, its hash
+ * when begin's EXPIRE is a second old. */
+static const char script_finish[] = SCRIPT_HEAD SCRIPT_TTL
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded', 'prompt_tokens',\n"
     "                     'completion_tokens')\n"
     "local att = tonumber(ARGV[2])\n"
@@ -151,8 +165,8 @@ static const char script_finish[] = SCRIPT_HEAD
     "end\n"
     "if claim then w[2] = 'running' put('attempt', att + 1) put('owner', ARGV[9]) end\n"
     "redis.call('HSET', KEYS[1], unpack(w))\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[6])\n"
-    "redis.call('EXPIRE', KEYS[2], ARGV[6])\n"
+    "ttl(KEYS[1], tonumber(ARGV[6]))\n"
+    "ttl(KEYS[2], tonumber(ARGV[6]))\n"
     "if claim then return claimed() end\n"
     "-- the records before this attempt's (the caller has its own)\n"
     "if ARGV[3] ~= 'retrying' and att > 1 then\n"

@@ -2,7 +2,8 @@
  * writes, byte for byte, and reuses its buffer; a socket that cannot be
  * watched is given up and tried again, not a crash; a command that could
  * not be sent (out of memory) goes out a moment later, and the commands
- * behind it too (against a real redis-server). */
+ * behind it too (against a real redis-server); a job's keys are given
+ * their TTL when new or drifted, not on every write. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -244,6 +245,29 @@ static void on_reply_b(void *ud, const state_reply *r)
     uv_stop(rs->loop);
 }
 
+/* A state on loop, connected to the test's redis-server (prefix "t",
+ * TTL 60 s); limit: a timer the test may start to stop a wait. */
+static state *connected_state(uv_loop_t *loop, uv_timer_t *limit, int port)
+{
+    uv_loop_init(loop);
+    state_options so = { "127.0.0.1", port, NULL, 0, "t", 60 };
+    char err[256];
+    state *st = state_new(loop, &so, on_conn, loop, err, sizeof err);
+    assert_non_null(st);
+    uv_timer_init(loop, limit);
+    uv_timer_start(limit, give_up, 5000, 0);
+    uv_run(loop, UV_RUN_DEFAULT); /* until connected (the server starts meanwhile) */
+    return st;
+}
+
+static void state_done(uv_loop_t *loop, uv_timer_t *limit, state *st)
+{
+    state_free(st);
+    uv_close((uv_handle_t *)limit, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(loop), 0);
+}
+
 /* A send that failed while connected (the command's buffer could not
  * grow) was put in the line for a reconnect: that command and every one
  * after it waited for a reconnect that never came. */
@@ -251,15 +275,8 @@ static void test_a_command_that_could_not_be_sent_goes_a_moment_later(void **s)
 {
     int port = ((server *)*s)->port;
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    state_options so = { "127.0.0.1", port, NULL, 0, "t", 60 };
-    char err[256];
-    state *st = state_new(&loop, &so, on_conn, &loop, err, sizeof err);
-    assert_non_null(st);
     uv_timer_t limit;
-    uv_timer_init(&loop, &limit);
-    uv_timer_start(&limit, give_up, 5000, 0);
-    uv_run(&loop, UV_RUN_DEFAULT); /* until connected (the server starts meanwhile) */
+    state *st = connected_state(&loop, &limit, port);
     assert_true(state_connected(st));
 
     /* Just connected: the scripts are not loaded yet, so a command carries
@@ -276,10 +293,120 @@ static void test_a_command_that_could_not_be_sent_goes_a_moment_later(void **s)
     assert_string_equal(rs.order, "ab"); /* both went, in order */
     assert_int_equal(state_pending(st), 0);
 
-    state_free(st);
-    uv_close((uv_handle_t *)&limit, NULL);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    state_done(&loop, &limit, st);
+}
+
+/* One job's commands, each waited for. */
+typedef struct {
+    uv_loop_t *loop;
+    uv_timer_t *limit;
+    state *st;
+    int verdict;
+} one_job;
+
+static void on_one(void *ud, const state_reply *r)
+{
+    one_job *o = ud;
+    o->verdict = (int)r->verdict;
+    uv_stop(o->loop);
+}
+
+/* Runs the loop until the command queued just before has its reply. */
+static int wait_verdict(one_job *o)
+{
+    o->verdict = -1;
+    uv_timer_start(o->limit, give_up, 5000, 0);
+    uv_run(o->loop, UV_RUN_DEFAULT);
+    return o->verdict;
+}
+
+static int begin_verdict(one_job *o, const char *id, int attempt)
+{
+    assert_int_equal(state_begin(o->st, id, 1, attempt, 3, "w1", NULL, NULL, on_one, o), 0);
+    return wait_verdict(o);
+}
+
+static int finish_verdict(one_job *o, const char *id, int attempt, const char *status)
+{
+    static const char rec[] = "{\"attempt\":1}";
+    assert_int_equal(state_finish(o->st, id, NULL, "w1", attempt, status, rec, sizeof rec - 1, 10, 5, NULL,
+                                  on_one, o), 0);
+    return wait_verdict(o);
+}
+
+static long long redis_int(redisContext *c, const char *fmt, const char *key)
+{
+    redisReply *r = redisCommand(c, fmt, key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* EXPIREs run so far, from Redis's own count (scripts' calls included). */
+static long expires(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *p = strstr(r->str, "cmdstat_expire:calls=");
+    long n = p ? strtol(p + strlen("cmdstat_expire:calls="), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+#define assert_fresh(c, key) do { \
+        long long ms_ = redis_int(c, "PTTL %s", key); \
+        assert_in_range(ms_, 59000, 60000); \
+    } while (0)
+
+/* A job's two keys live redis.ttl_s after its last write, but a TTL given
+ * a moment ago is not given again (each EXPIRE is one more record in the
+ * append-only file): a job answered at the first attempt costs two
+ * EXPIREs (begin's on the new hash, finish's on the new history list), not
+ * three; a TTL that drifted by a second or more, or that a key lost, is
+ * set anew. */
+static void test_a_fresh_ttl_is_not_set_again(void **s)
+{
+    int port = ((server *)*s)->port;
+    uv_loop_t loop;
+    uv_timer_t limit;
+    state *st = connected_state(&loop, &limit, port);
+    assert_true(state_connected(st));
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_true(c && !c->err);
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    one_job o = { &loop, &limit, st, -1 };
+
+    /* one attempt */
+    assert_int_equal(begin_verdict(&o, "j1", 1), STATE_GO);
+    assert_fresh(c, "t:job:{j1}");
+    assert_int_equal(finish_verdict(&o, "j1", 1, "retrying"), STATE_OK);
+    assert_fresh(c, "t:job:{j1}");
+    assert_fresh(c, "t:job:{j1}:history");
+    assert_int_equal(expires(c), 2);
+
+    /* the hash's TTL drifted, the list lost its own: both set anew */
+    assert_int_equal(redis_int(c, "PEXPIRE %s 30000", "t:job:{j1}"), 1);
+    assert_int_equal(redis_int(c, "PERSIST %s", "t:job:{j1}:history"), 1);
+    assert_int_equal(begin_verdict(&o, "j1", 2), STATE_GO);
+    assert_fresh(c, "t:job:{j1}");
+    assert_int_equal(finish_verdict(&o, "j1", 2, "final"), STATE_OK);
+    assert_fresh(c, "t:job:{j1}");
+    assert_fresh(c, "t:job:{j1}:history");
+    assert_int_equal(redis_int(c, "LLEN %s", "t:job:{j1}:history"), 2);
+    assert_int_equal(expires(c), 4);
+
+    /* the hash vanished during the attempt: finish writes it anew, with a TTL */
+    assert_int_equal(begin_verdict(&o, "j2", 1), STATE_GO);
+    assert_int_equal(redis_int(c, "DEL %s", "t:job:{j2}"), 1);
+    assert_int_equal(finish_verdict(&o, "j2", 1, "final"), STATE_OK);
+    assert_fresh(c, "t:job:{j2}");
+    assert_fresh(c, "t:job:{j2}:history");
+
+    redisFree(c);
+    state_done(&loop, &limit, st);
 }
 
 int main(void)
@@ -290,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_an_fd_libuv_still_watches_is_tried_again),
         cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
                                         redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_fresh_ttl_is_not_set_again, redis_start, redis_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
