@@ -28,15 +28,17 @@
     "end\n"
 
 /* Gives key k (just written) its TTL anew, unless the TTL it has is
- * already within a second of s seconds: a job's hash, given its TTL by
- * begin a moment ago, is not given it again by finish.  An EXPIRE is a
- * record in the append-only file and a command to propagate (with `always`,
- * fsync'd like the writes), and a job answered at the first attempt made
- * three where two are needed.  A key without a TTL (-1: made by this
- * script) or gone (-2) always differs by more than a second. */
+ * already within 1% of s seconds (at least a second): a job's hash, given
+ * its TTL by begin, is not given it again by finish an LLM call later (at
+ * the default 7 days, unless the attempt took over 100 minutes).  An
+ * EXPIRE is a record in the append-only file and a command to propagate
+ * (with `always`, fsync'd like the writes), and a job answered at the
+ * first attempt made three where two are needed.  A key without a TTL (-1:
+ * made by this script) or gone (-2) is always given it. */
 #define SCRIPT_TTL \
     "local function ttl(k, s)\n" \
-    "  if math.abs(redis.call('PTTL', k) - s * 1000) >= 1000 then redis.call('EXPIRE', k, s) end\n" \
+    "  local left = redis.call('PTTL', k)\n" \
+    "  if left < 0 or math.abs(left - s * 1000) >= math.max(1000, s * 10) then redis.call('EXPIRE', k, s) end\n" \
     "end\n"
 
 /* BEGIN: decides what a received job message means.  The owner of the
@@ -113,7 +115,7 @@ static const char script_begin[] = SCRIPT_HEAD SCRIPT_TTL
  * configured one: at most once a second per batch while the workers agree
  * on redis.ttl_s, not three EXPIREs per attempt.  The job's own two keys
  * likewise (see SCRIPT_TTL): its history list when RPUSH made it, its hash
- * when begin's EXPIRE is a second old. */
+ * when its TTL has drifted 1% from the configured one. */
 static const char script_finish[] = SCRIPT_HEAD SCRIPT_TTL
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded', 'prompt_tokens',\n"
     "                     'completion_tokens')\n"

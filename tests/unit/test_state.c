@@ -246,11 +246,11 @@ static void on_reply_b(void *ud, const state_reply *r)
 }
 
 /* A state on loop, connected to the test's redis-server (prefix "t",
- * TTL 60 s); limit: a timer the test may start to stop a wait. */
-static state *connected_state(uv_loop_t *loop, uv_timer_t *limit, int port)
+ * TTL ttl_s); limit: a timer the test may start to stop a wait. */
+static state *connected_state(uv_loop_t *loop, uv_timer_t *limit, int port, long ttl_s)
 {
     uv_loop_init(loop);
-    state_options so = { "127.0.0.1", port, NULL, 0, "t", 60 };
+    state_options so = { "127.0.0.1", port, NULL, 0, "t", ttl_s };
     char err[256];
     state *st = state_new(loop, &so, on_conn, loop, err, sizeof err);
     assert_non_null(st);
@@ -276,7 +276,7 @@ static void test_a_command_that_could_not_be_sent_goes_a_moment_later(void **s)
     int port = ((server *)*s)->port;
     uv_loop_t loop;
     uv_timer_t limit;
-    state *st = connected_state(&loop, &limit, port);
+    state *st = connected_state(&loop, &limit, port, 60);
     assert_true(state_connected(st));
 
     /* Just connected: the scripts are not loaded yet, so a command carries
@@ -361,8 +361,8 @@ static long expires(redisContext *c)
         assert_in_range(ms_, 59000, 60000); \
     } while (0)
 
-/* A job's two keys live redis.ttl_s after its last write, but a TTL given
- * a moment ago is not given again (each EXPIRE is one more record in the
+/* A job's two keys live redis.ttl_s after its last write (within 1%, at
+ * least a second), but a TTL given a moment ago is not given again (each EXPIRE is one more record in the
  * append-only file): a job answered at the first attempt costs two
  * EXPIREs (begin's on the new hash, finish's on the new history list), not
  * three; a TTL that drifted by a second or more, or that a key lost, is
@@ -372,7 +372,7 @@ static void test_a_fresh_ttl_is_not_set_again(void **s)
     int port = ((server *)*s)->port;
     uv_loop_t loop;
     uv_timer_t limit;
-    state *st = connected_state(&loop, &limit, port);
+    state *st = connected_state(&loop, &limit, port, 60);
     assert_true(state_connected(st));
     redisContext *c = redisConnect("127.0.0.1", port);
     assert_true(c && !c->err);
@@ -409,6 +409,36 @@ static void test_a_fresh_ttl_is_not_set_again(void **s)
     state_done(&loop, &limit, st);
 }
 
+/* At a TTL of 100,000 s, 1% is 1,000 s: a hash whose TTL drifted 500 s
+ * (an attempt that long) keeps it; one 2,000 s off gets it anew. */
+static void test_a_ttl_within_one_percent_is_kept(void **s)
+{
+    int port = ((server *)*s)->port;
+    uv_loop_t loop;
+    uv_timer_t limit;
+    state *st = connected_state(&loop, &limit, port, 100000);
+    assert_true(state_connected(st));
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_true(c && !c->err);
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    one_job o = { &loop, &limit, st, -1 };
+
+    assert_int_equal(begin_verdict(&o, "j3", 1), STATE_GO);
+    assert_int_equal(redis_int(c, "PEXPIRE %s 99500000", "t:job:{j3}"), 1);
+    assert_int_equal(finish_verdict(&o, "j3", 1, "retrying"), STATE_OK);
+    assert_in_range(redis_int(c, "PTTL %s", "t:job:{j3}"), 99000000, 99500000); /* kept */
+    assert_in_range(redis_int(c, "PTTL %s", "t:job:{j3}:history"), 99999000, 100000000);
+    assert_int_equal(expires(c), 2);
+
+    assert_int_equal(redis_int(c, "PEXPIRE %s 98000000", "t:job:{j3}"), 1);
+    assert_int_equal(begin_verdict(&o, "j3", 2), STATE_GO);
+    assert_in_range(redis_int(c, "PTTL %s", "t:job:{j3}"), 99999000, 100000000); /* anew */
+    assert_int_equal(expires(c), 3);
+
+    redisFree(c);
+    state_done(&loop, &limit, st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -418,6 +448,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
                                         redis_stop),
         cmocka_unit_test_setup_teardown(test_a_fresh_ttl_is_not_set_again, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
