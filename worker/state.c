@@ -27,8 +27,9 @@
     "  return h\n" \
     "end\n"
 
-/* Gives key k (just written) its TTL anew, unless the TTL it has is
- * already within 1% of s seconds (at least a second): a job's hash, given
+/* drifted(k, s): key k's TTL is gone or 1% (at least a second) off s
+ * seconds.  ttl(k, s) gives key k (just written) its TTL anew only then:
+ * a job's hash, given
  * its TTL by begin, is not given it again by finish an LLM call later (at
  * the default 7 days, unless the attempt took over 100 minutes).  An
  * EXPIRE is a record in the append-only file and a command to propagate
@@ -36,9 +37,12 @@
  * first attempt made three where two are needed.  A key without a TTL (-1:
  * made by this script) or gone (-2) is always given it. */
 #define SCRIPT_TTL \
-    "local function ttl(k, s)\n" \
+    "local function drifted(k, s)\n" \
     "  local left = redis.call('PTTL', k)\n" \
-    "  if left < 0 or math.abs(left - s * 1000) >= math.max(1000, s * 10) then redis.call('EXPIRE', k, s) end\n" \
+    "  return left < 0 or math.abs(left - s * 1000) >= math.max(1000, s * 10)\n" \
+    "end\n" \
+    "local function ttl(k, s)\n" \
+    "  if drifted(k, s) then redis.call('EXPIRE', k, s) end\n" \
     "end\n"
 
 /* BEGIN: decides what a received job message means.  The owner of the
@@ -110,12 +114,12 @@ static const char script_begin[] = SCRIPT_HEAD SCRIPT_TTL
  * write command is a record in Redis's append-only file, which one Redis
  * keeps for the whole pool (a recorded attempt of a batch: 5 writes
  * where there were 14).  So counters are read and written back, not
- * HINCRBYed (the script runs alone: the same), and the batch's keys get
- * their TTL anew only when the hash's has drifted a second from the
- * configured one: at most once a second per batch while the workers agree
- * on redis.ttl_s, not three EXPIREs per attempt.  The job's own two keys
- * likewise (see SCRIPT_TTL): its history list when RPUSH made it, its hash
- * when its TTL has drifted 1% from the configured one. */
+ * HINCRBYed (the script runs alone: the same).  Keys get their TTL anew
+ * only when it has drifted (see SCRIPT_TTL): the job's history list when
+ * RPUSH made it, its hash when its TTL is 1% off the configured one; the
+ * batch's three keys together when its hash's is, so that they expire
+ * together (at 7 days, once per 100 minutes per batch while the workers
+ * agree on redis.ttl_s, not three EXPIREs per attempt). */
 static const char script_finish[] = SCRIPT_HEAD SCRIPT_TTL
     "local f = redis.call('HMGET', KEYS[1], 'owner', 'attempt', 'status', 'recorded', 'prompt_tokens',\n"
     "                     'completion_tokens')\n"
@@ -157,8 +161,7 @@ static const char script_finish[] = SCRIPT_HEAD SCRIPT_TTL
     "               'completion_tokens', string.format('%d', (tonumber(b[4]) or 0) + c), 'updated', ARGV[5])\n"
     "    -- the batch's job list and inputs live as long as its counters\n"
     "    -- (results, report and resubmit read them): all three from now\n"
-    "    local ttl = tonumber(ARGV[6]) * 1000\n"
-    "    if math.abs(redis.call('PTTL', KEYS[3]) - ttl) >= 1000 then\n"
+    "    if drifted(KEYS[3], tonumber(ARGV[6])) then\n"
     "      redis.call('EXPIRE', KEYS[3], ARGV[6])\n"
     "      redis.call('EXPIRE', KEYS[4], ARGV[6])\n"
     "      redis.call('EXPIRE', KEYS[5], ARGV[6])\n"

@@ -326,12 +326,37 @@ static int begin_verdict(one_job *o, const char *id, int attempt)
     return wait_verdict(o);
 }
 
-static int finish_verdict(one_job *o, const char *id, int attempt, const char *status)
+static int finish_verdict(one_job *o, const char *id, const char *batch_id, int attempt, const char *status)
 {
     static const char rec[] = "{\"attempt\":1}";
-    assert_int_equal(state_finish(o->st, id, NULL, "w1", attempt, status, rec, sizeof rec - 1, 10, 5, NULL,
-                                  on_one, o), 0);
+    assert_int_equal(state_finish(o->st, id, batch_id, "w1", attempt, status, rec, sizeof rec - 1, 10, 5,
+                                  NULL, on_one, o), 0);
     return wait_verdict(o);
+}
+
+/* A state with TTL ttl_s and a plain hiredis context on the test's
+ * redis-server, whose command counts start at 0. */
+typedef struct {
+    uv_loop_t loop;
+    uv_timer_t limit;
+    redisContext *c;
+    one_job o;
+} ttl_rig;
+
+static void ttl_rig_start(ttl_rig *r, int port, long ttl_s)
+{
+    state *st = connected_state(&r->loop, &r->limit, port, ttl_s);
+    assert_true(state_connected(st));
+    r->c = redisConnect("127.0.0.1", port);
+    assert_true(r->c && !r->c->err);
+    freeReplyObject(redisCommand(r->c, "CONFIG RESETSTAT"));
+    r->o = (one_job){ &r->loop, &r->limit, st, -1 };
+}
+
+static void ttl_rig_done(ttl_rig *r)
+{
+    redisFree(r->c);
+    state_done(&r->loop, &r->limit, r->o.st);
 }
 
 static long long redis_int(redisContext *c, const char *fmt, const char *key)
@@ -365,24 +390,19 @@ static long expires(redisContext *c)
  * least a second), but a TTL given a moment ago is not given again (each EXPIRE is one more record in the
  * append-only file): a job answered at the first attempt costs two
  * EXPIREs (begin's on the new hash, finish's on the new history list), not
- * three; a TTL that drifted by a second or more, or that a key lost, is
- * set anew. */
+ * three; a TTL that drifted by 1% (a second at least, at 60 s), or that a
+ * key lost, is set anew. */
 static void test_a_fresh_ttl_is_not_set_again(void **s)
 {
-    int port = ((server *)*s)->port;
-    uv_loop_t loop;
-    uv_timer_t limit;
-    state *st = connected_state(&loop, &limit, port, 60);
-    assert_true(state_connected(st));
-    redisContext *c = redisConnect("127.0.0.1", port);
-    assert_true(c && !c->err);
-    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
-    one_job o = { &loop, &limit, st, -1 };
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 60);
+    redisContext *c = r.c;
+    one_job *o = &r.o;
 
     /* one attempt */
-    assert_int_equal(begin_verdict(&o, "j1", 1), STATE_GO);
+    assert_int_equal(begin_verdict(o, "j1", 1), STATE_GO);
     assert_fresh(c, "t:job:{j1}");
-    assert_int_equal(finish_verdict(&o, "j1", 1, "retrying"), STATE_OK);
+    assert_int_equal(finish_verdict(o, "j1", NULL, 1, "retrying"), STATE_OK);
     assert_fresh(c, "t:job:{j1}");
     assert_fresh(c, "t:job:{j1}:history");
     assert_int_equal(expires(c), 2);
@@ -390,53 +410,92 @@ static void test_a_fresh_ttl_is_not_set_again(void **s)
     /* the hash's TTL drifted, the list lost its own: both set anew */
     assert_int_equal(redis_int(c, "PEXPIRE %s 30000", "t:job:{j1}"), 1);
     assert_int_equal(redis_int(c, "PERSIST %s", "t:job:{j1}:history"), 1);
-    assert_int_equal(begin_verdict(&o, "j1", 2), STATE_GO);
+    assert_int_equal(begin_verdict(o, "j1", 2), STATE_GO);
     assert_fresh(c, "t:job:{j1}");
-    assert_int_equal(finish_verdict(&o, "j1", 2, "final"), STATE_OK);
+    assert_int_equal(finish_verdict(o, "j1", NULL, 2, "final"), STATE_OK);
     assert_fresh(c, "t:job:{j1}");
     assert_fresh(c, "t:job:{j1}:history");
     assert_int_equal(redis_int(c, "LLEN %s", "t:job:{j1}:history"), 2);
     assert_int_equal(expires(c), 4);
 
     /* the hash vanished during the attempt: finish writes it anew, with a TTL */
-    assert_int_equal(begin_verdict(&o, "j2", 1), STATE_GO);
+    assert_int_equal(begin_verdict(o, "j2", 1), STATE_GO);
     assert_int_equal(redis_int(c, "DEL %s", "t:job:{j2}"), 1);
-    assert_int_equal(finish_verdict(&o, "j2", 1, "final"), STATE_OK);
+    assert_int_equal(finish_verdict(o, "j2", NULL, 1, "final"), STATE_OK);
     assert_fresh(c, "t:job:{j2}");
     assert_fresh(c, "t:job:{j2}:history");
 
-    redisFree(c);
-    state_done(&loop, &limit, st);
+    ttl_rig_done(&r);
 }
 
 /* At a TTL of 100,000 s, 1% is 1,000 s: a hash whose TTL drifted 500 s
  * (an attempt that long) keeps it; one 2,000 s off gets it anew. */
 static void test_a_ttl_within_one_percent_is_kept(void **s)
 {
-    int port = ((server *)*s)->port;
-    uv_loop_t loop;
-    uv_timer_t limit;
-    state *st = connected_state(&loop, &limit, port, 100000);
-    assert_true(state_connected(st));
-    redisContext *c = redisConnect("127.0.0.1", port);
-    assert_true(c && !c->err);
-    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
-    one_job o = { &loop, &limit, st, -1 };
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 100000);
+    redisContext *c = r.c;
+    one_job *o = &r.o;
 
-    assert_int_equal(begin_verdict(&o, "j3", 1), STATE_GO);
+    assert_int_equal(begin_verdict(o, "j3", 1), STATE_GO);
     assert_int_equal(redis_int(c, "PEXPIRE %s 99500000", "t:job:{j3}"), 1);
-    assert_int_equal(finish_verdict(&o, "j3", 1, "retrying"), STATE_OK);
+    assert_int_equal(finish_verdict(o, "j3", NULL, 1, "retrying"), STATE_OK);
     assert_in_range(redis_int(c, "PTTL %s", "t:job:{j3}"), 99000000, 99500000); /* kept */
     assert_in_range(redis_int(c, "PTTL %s", "t:job:{j3}:history"), 99999000, 100000000);
     assert_int_equal(expires(c), 2);
 
     assert_int_equal(redis_int(c, "PEXPIRE %s 98000000", "t:job:{j3}"), 1);
-    assert_int_equal(begin_verdict(&o, "j3", 2), STATE_GO);
+    assert_int_equal(begin_verdict(o, "j3", 2), STATE_GO);
     assert_in_range(redis_int(c, "PTTL %s", "t:job:{j3}"), 99999000, 100000000); /* anew */
     assert_int_equal(expires(c), 3);
 
-    redisFree(c);
-    state_done(&loop, &limit, st);
+    ttl_rig_done(&r);
+}
+
+/* The batch's three keys (counters, job list, inputs) expire together,
+ * redis.ttl_s after its last recorded attempt, by the same 1% rule as a
+ * job's: at a TTL of 100,000 s a batch hash 500 s off keeps its TTL (no
+ * EXPIRE at all for that attempt), one 2,000 s off gets it anew on all
+ * three keys. */
+static void test_a_batch_ttl_within_one_percent_is_kept(void **s)
+{
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 100000);
+    redisContext *c = r.c;
+    one_job *o = &r.o;
+    static const char *const keys[] = { "t:batch:{b1}", "t:batch:{b1}:jobs", "t:batch:{b1}:input" };
+    freeReplyObject(redisCommand(c, "RPUSH %s j4 j5", keys[1]));
+    freeReplyObject(redisCommand(c, "HSET %s j4 x j5 y", keys[2]));
+
+    /* the first record makes the batch hash: all three get the TTL */
+    assert_int_equal(begin_verdict(o, "j4", 1), STATE_GO);
+    assert_int_equal(finish_verdict(o, "j4", "b1", 1, "retrying"), STATE_OK);
+    for (int i = 0; i < 3; i++)
+        assert_in_range(redis_int(c, "PTTL %s", keys[i]), 99999000, 100000000);
+    assert_int_equal(expires(c), 5); /* begin's hash, the list, the batch's three */
+
+    /* 500 s off: kept, on all three */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(redis_int(c, "PEXPIRE %s 99500000", keys[i]), 1);
+    assert_int_equal(begin_verdict(o, "j4", 2), STATE_GO);
+    assert_int_equal(finish_verdict(o, "j4", "b1", 2, "final"), STATE_OK);
+    for (int i = 0; i < 3; i++)
+        assert_in_range(redis_int(c, "PTTL %s", keys[i]), 99000000, 99500000);
+    assert_int_equal(expires(c), 5);
+    redisReply *a = redisCommand(c, "HGET %s attempts", keys[0]);
+    assert_true(a && a->type == REDIS_REPLY_STRING);
+    assert_string_equal(a->str, "2"); /* both attempts counted */
+    freeReplyObject(a);
+
+    /* 2,000 s off: anew, on all three */
+    assert_int_equal(redis_int(c, "PEXPIRE %s 98000000", keys[0]), 1);
+    assert_int_equal(begin_verdict(o, "j5", 1), STATE_GO);
+    assert_int_equal(finish_verdict(o, "j5", "b1", 1, "final"), STATE_OK);
+    for (int i = 0; i < 3; i++)
+        assert_in_range(redis_int(c, "PTTL %s", keys[i]), 99999000, 100000000);
+    assert_int_equal(expires(c), 5 + 2 + 3);
+
+    ttl_rig_done(&r);
 }
 
 int main(void)
@@ -449,6 +508,7 @@ int main(void)
                                         redis_stop),
         cmocka_unit_test_setup_teardown(test_a_fresh_ttl_is_not_set_again, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_batch_ttl_within_one_percent_is_kept, redis_start, redis_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
