@@ -46,6 +46,11 @@
  *                  767 of them; no defect applies)
  *   latency_ms=N jitter_ms=N
  *   http=STATUS times=K retry_after=S retry_after_ms=N should_retry=true|false
+ *   quota=1        answer as the provider does once the account's quota or
+ *                  credit is spent: OpenAI a 429 with code and type
+ *                  insufficient_quota, Anthropic a 400 invalid_request_error
+ *                  "Your credit balance is too low ..." (with times= and
+ *                  the retry headers as http=)
  *   hang=1         never answer; the peer is checked every second and the
  *                  connection dropped once the client has gone
  * An unknown key or value is answered with 400 so a typo in a test shows.
@@ -1625,6 +1630,7 @@ typedef struct directives {
     int repair;
     long latency_ms, jitter_ms; /* -1: not given */
     int http;
+    int quota;
     long times; /* -1: every call */
     long retry_after, retry_after_ms;
     char should_retry[8];
@@ -1754,6 +1760,8 @@ static void directives_parse(const char *text, directives *d)
                 d->retry_after_ms = n;
             else if (!strcmp(key, "hang"))
                 d->hang = n != 0;
+            else if (!strcmp(key, "quota"))
+                d->quota = n != 0;
             else
                 goto bad;
         }
@@ -2252,6 +2260,33 @@ static void error_body(answer *a, enum api api, unsigned status, const char *msg
     cJSON_Delete(o);
 }
 
+/* The account's quota or credit spent, as each provider says it. */
+static void quota_body(answer *a, enum api api)
+{
+    cJSON *o = cJSON_CreateObject(), *e;
+
+    if (api == API_ANTHROPIC) {
+        a->status = 400;
+        cJSON_AddStringToObject(o, "type", "error");
+        e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "type", "invalid_request_error");
+        cJSON_AddStringToObject(e, "message", "Your credit balance is too low to access the Anthropic API. Please go "
+                                              "to Plans & Billing to upgrade or purchase credits. (mock)");
+        cJSON_AddStringToObject(o, "request_id", "req_mock");
+    } else {
+        a->status = 429;
+        e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "message", "You exceeded your current quota, please check your plan and billing "
+                                              "details. (mock)");
+        cJSON_AddStringToObject(e, "type", "insufficient_quota");
+        cJSON_AddNullToObject(e, "param");
+        cJSON_AddStringToObject(e, "code", "insufficient_quota");
+    }
+    free(a->body);
+    a->body = jsonout_print(o);
+    cJSON_Delete(o);
+}
+
 /* A 400 that is a plain bad request, not context_length_exceeded. */
 static void plain_invalid_request(answer *a, enum api api)
 {
@@ -2448,8 +2483,11 @@ static void llm_answer(const llm_in *in, answer *a)
         a->hang = 1;
         goto done;
     }
-    if (d.http && (d.times < 0 || n <= d.times)) {
-        error_body(a, in->api, (unsigned)d.http, status_message((unsigned)d.http));
+    if ((d.http || d.quota) && (d.times < 0 || n <= d.times)) {
+        if (d.quota)
+            quota_body(a, in->api);
+        else
+            error_body(a, in->api, (unsigned)d.http, status_message((unsigned)d.http));
         if (d.retry_after >= 0)
             snprintf(a->retry_after, sizeof(a->retry_after), "%ld", d.retry_after);
         if (d.retry_after_ms >= 0)

@@ -7,7 +7,7 @@
 static const char *const category_names[DECIDE_CAT_COUNT] = {
     "ok", "invalid", "truncated", "empty", "refusal", "content_filter",
     "timeout", "network", "rate_limited", "server_error",
-    "auth", "bad_request", "context_length", "unknown_schema", "invalid_schema", "budget",
+    "auth", "quota", "bad_request", "context_length", "unknown_schema", "invalid_schema", "budget",
 };
 
 const char *decide_category_name(decide_category cat) {

@@ -19,6 +19,7 @@ typedef enum decide_category {
     DECIDE_CAT_RATE_LIMITED,
     DECIDE_CAT_SERVER_ERROR,    /* ... to here */
     DECIDE_CAT_AUTH,            /* permanent from here */
+    DECIDE_CAT_QUOTA,           /* the account's quota or credit is spent (a 429 that is no rate limit) */
     DECIDE_CAT_BAD_REQUEST,
     DECIDE_CAT_CONTEXT_LENGTH,
     DECIDE_CAT_UNKNOWN_SCHEMA,  /* no output schema of that name */

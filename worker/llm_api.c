@@ -250,6 +250,12 @@ static int contains_ci(const char *hay, const char *needle) {
 }
 
 decide_category llm_api_status_category(long status, const char *code, const char *message) {
+    /* OpenAI answers a spent quota (billing, not a rate) with a 429 of its
+     * own code; Anthropic a spent credit with a 400.  Neither passes by
+     * waiting: calling again only repeats it, and taken for a rate limit
+     * it would halve the model's concurrency for every job. */
+    if ((code && !strcmp(code, "insufficient_quota")) || contains_ci(message, "credit balance is too low"))
+        return DECIDE_CAT_QUOTA;
     if (status == 429) return DECIDE_CAT_RATE_LIMITED;
     if (status == 408) return DECIDE_CAT_TIMEOUT;
     if (status == 409 || status >= 500) return DECIDE_CAT_SERVER_ERROR;

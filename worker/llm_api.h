@@ -75,7 +75,10 @@ void llm_api_parse_dom(llm_provider provider, long status, const char *body, siz
 int llm_api_scan(llm_provider provider, const char *body, size_t len, llm_api_result *out);
 void llm_api_result_clear(llm_api_result *r);
 
-/* The category of an HTTP status and error body (4xx/5xx). */
+/* The category of an HTTP status and error body (4xx/5xx): a spent quota
+ * or credit (OpenAI's code insufficient_quota, with a 429; Anthropic's
+ * "credit balance is too low", with a 400) is DECIDE_CAT_QUOTA, not a rate
+ * limit or a bad request. */
 decide_category llm_api_status_category(long status, const char *error_code, const char *message);
 
 #endif

@@ -1303,7 +1303,6 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     j->call = NULL;
     j->llm_ms += resp->latency_ms;
     j->http_status = resp->status;
-    gate_leave(j, resp->status, resp->retry_after_ms);
     metrics_llm_call(&w->m, w->provider == LLM_PROVIDER_ANTHROPIC, resp->status);
     metrics_observe(&w->m.llm_latency, resp->latency_ms / 1000.0);
     if (resp->status == 0 && resp->transport == DECIDE_CAT_NETWORK) w->llm_net_fail_ms = util_mono_ms();
@@ -1336,9 +1335,12 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         res.text = NULL;
         util_concat(j->error, sizeof(j->error), res.error, (char *)NULL);
         llm_api_result_clear(&res);
-        /* x-should-retry: true makes any failure transient. */
-        if (resp->should_retry == 1 && j->cat >= DECIDE_CAT_AUTH) j->cat = DECIDE_CAT_SERVER_ERROR;
     }
+    /* A spent quota's 429 is no rate limit: the model's lane learns
+     * nothing from it (neither halved nor paused). */
+    gate_leave(j, j->cat == DECIDE_CAT_QUOTA ? 0 : resp->status, resp->retry_after_ms);
+    /* x-should-retry: true makes any failure transient. */
+    if (resp->status && resp->should_retry == 1 && j->cat >= DECIDE_CAT_AUTH) j->cat = DECIDE_CAT_SERVER_ERROR;
     int utf8 = 0;
     switch (j->cat) {
     case DECIDE_CAT_OK:

@@ -20,13 +20,15 @@ def uid(prefix):
 def test_anthropic_provider(stack):
     w = stack.start_worker(*ANTHROPIC, env={"ANTHROPIC_KEY": KEY})
     ok, fixed, refused, overloaded = uid("a-ok"), uid("a-fix"), uid("a-ref"), uid("a-529")
+    broke = uid("a-credit")
     stack.produce_jobs([
         job(ok, schema="ticket.v1"),
         job(fixed, schema="invoice.v1", directive="defect=invalid_value until=1"),
         job(refused, directive="defect=refusal"),
         job(overloaded, directive="http=529 times=1 retry_after=0"),
+        job(broke, directive="quota=1"),
     ])
-    stack.wait_outcomes([ok, fixed, refused, overloaded])
+    stack.wait_outcomes([ok, fixed, refused, overloaded, broke])
     finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
     escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
     assert finals[ok]["attempts"] == 1 and finals[ok]["model"] == "claude-test"
@@ -35,6 +37,9 @@ def test_anthropic_provider(stack):
     assert escs[refused]["category"] == "refusal" and escs[refused]["attempts"] == 1
     assert finals[overloaded]["attempts"] == 1
     assert stack.llm_stats()["calls"]["%s:1" % overloaded] == 2
+    # a spent credit (a 400) is no bad request: called once, escalated as quota
+    assert escs[broke]["category"] == "quota" and escs[broke]["attempts"] == 1
+    assert stack.llm_stats()["calls"]["%s:1" % broke] == 1
     # every call carried the key (none was refused), and it was not logged
     assert "401" not in stack.llm_stats()["by_status"]
     assert stack.stop_worker(w) == 0

@@ -203,6 +203,7 @@ def test_job_max_attempts_wins(stack):
 
 @pytest.mark.parametrize("directive,category", [("defect=refusal", "refusal"),
                                                 ("http=401", "auth"),
+                                                ("quota=1", "quota"),
                                                 ("http=400", "context_length")])
 def test_not_fixable_escalates_at_once(stack, envelopes, directive, category):
     stack.start_worker()

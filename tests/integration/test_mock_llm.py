@@ -419,6 +419,19 @@ def test_http_error_times_then_success(base):
     assert st == 429 and r["error"]["type"] == "rate_limit_error"
 
 
+def test_spent_quota_as_each_provider_says_it(base):
+    hdrs = {"X-Retort-Job-Id": "job-quota", "X-Retort-Attempt": "1"}
+    body = openai("[[mock quota=1 times=1 retry_after=8]]")
+    st, h, r, _ = call(base, "/v1/chat/completions", body, hdrs)
+    assert st == 429 and h["Retry-After"] == "8"
+    assert r["error"]["code"] == r["error"]["type"] == "insufficient_quota"
+    assert r["error"]["message"].startswith("You exceeded your current quota")
+    assert call(base, "/v1/chat/completions", body, hdrs)[0] == 200
+    st, _, r, _ = call(base, "/v1/messages", anthropic("[[mock quota=1]]"))
+    assert st == 400 and r["type"] == "error" and r["error"]["type"] == "invalid_request_error"
+    assert r["error"]["message"].startswith("Your credit balance is too low")
+
+
 def test_hang_times_out_client(base):
     t0 = time.monotonic()
     with pytest.raises((socket.timeout, TimeoutError, urllib.error.URLError)):

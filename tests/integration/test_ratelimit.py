@@ -124,6 +124,41 @@ def test_a_429_pauses_and_halves_its_own_model_only(stack):
     assert stack.stop_worker(w) == 0
 
 
+def test_a_spent_quota_escalates_at_once_and_is_no_rate_limit(stack):
+    """OpenAI answers a spent quota with a 429 (code insufficient_quota):
+    billing, not a rate.  Each job escalates at its first call, category
+    quota, with the API's message; no call is made again, and the model's
+    lane is neither halved nor paused, though the 429s came with
+    Retry-After: 8 s.  Jobs of that model that come next are called at
+    once, all 16 together."""
+    port = free_port()
+    w = stack.start_worker("--set", "llm.max_inflight=16", "--set", "worker.max_jobs=40",
+                           "--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    tag = uuid.uuid4().hex[:6]
+    spent = ["quota-%s-%d" % (tag, i) for i in range(8)]
+    stack.produce_jobs([job(j, model="model-q", directive="quota=1 retry_after=8") for j in spent])
+    stack.wait_outcomes(spent, timeout=60)
+    escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")
+            if m["value"]["job_id"] in spent}
+    assert len(escs) == 8
+    for ev in escs.values():
+        assert ev["category"] == "quota" and ev["attempts"] == 1, ev
+        assert ev["reason"] == "quota is not retryable", ev["reason"]
+        assert "insufficient_quota: You exceeded your current quota" in json.dumps(ev["history"]), ev["history"]
+    calls = stack.llm_stats()["calls"]
+    assert [calls.get("%s:1" % j) for j in spent] == [1] * 8
+    m, _ = wait_metrics(port, w)
+    assert m[("retort_llm_concurrency_limit", (("model", "model-q"),))] == 16
+    assert m[("retort_llm_paused_seconds", (("model", "model-q"),))] == 0
+    clean = ["quota-clean-%s-%d" % (tag, i) for i in range(16)]
+    stack.produce_jobs([job(j, model="model-q", directive="latency_ms=2000") for j in clean])
+    stack.wait_outcomes(clean, timeout=60)
+    times = stack.llm_times()
+    assert max(n for j in clean for _, n in times["%s:1" % j]) >= 16, times
+    assert "concurrency limit" not in stack.worker_log(w.name)
+    assert stack.stop_worker(w) == 0
+
+
 def _history(stack, ids):
     r = stack.redis_client()
     return [json.loads(x) for j in ids for x in r.lrange("retort:job:{%s}:history" % j, 0, -1)]

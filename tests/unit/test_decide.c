@@ -54,6 +54,7 @@ static const row table[] = {
     {DECIDE_CAT_SERVER_ERROR, 1, 3, 4, 4, 0, 1, 0, DECIDE_ESCALATE, "server_error"},
     /* permanent failures escalate whatever the budget */
     {DECIDE_CAT_AUTH, 1, 3, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "auth is not retryable"},
+    {DECIDE_CAT_QUOTA, 1, 3, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "quota is not retryable"},
     {DECIDE_CAT_BAD_REQUEST, 1, 3, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "bad_request"},
     {DECIDE_CAT_CONTEXT_LENGTH, 1, 5, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "context_length"},
     {DECIDE_CAT_UNKNOWN_SCHEMA, 1, 3, 0, 4, 0, 1, 0, DECIDE_ESCALATE, "unknown_schema"},
@@ -109,6 +110,9 @@ static void test_names(void **state) {
     assert_string_equal(decide_action_name(DECIDE_ESCALATE), "escalate");
     assert_true(decide_category_is_transient(DECIDE_CAT_TIMEOUT));
     assert_false(decide_category_is_transient(DECIDE_CAT_AUTH));
+    assert_false(decide_category_is_transient(DECIDE_CAT_QUOTA));
+    assert_string_equal(decide_category_name(DECIDE_CAT_QUOTA), "quota");
+    assert_string_equal(decide_category_name(DECIDE_CAT_BUDGET), "budget");
     assert_false(decide_category_is_transient(DECIDE_CAT_INVALID));
 }
 

@@ -227,6 +227,24 @@ static void test_categories(void **s) {
     assert_int_equal(llm_api_status_category(503, NULL, NULL), DECIDE_CAT_SERVER_ERROR);
     assert_int_equal(llm_api_status_category(408, NULL, NULL), DECIDE_CAT_TIMEOUT);
     assert_int_equal(llm_api_status_category(404, "model_not_found", NULL), DECIDE_CAT_BAD_REQUEST);
+    /* a spent quota or credit is no rate limit, nor a bad request */
+    assert_int_equal(llm_api_status_category(429, "rate_limit_exceeded", NULL), DECIDE_CAT_RATE_LIMITED);
+    assert_int_equal(llm_api_status_category(429, "insufficient_quota", NULL), DECIDE_CAT_QUOTA);
+    assert_int_equal(llm_api_status_category(400, "invalid_request_error", "tools: not allowed"),
+                     DECIDE_CAT_BAD_REQUEST);
+    const char *quota = "{\"error\":{\"message\":\"You exceeded your current quota, please check your plan and "
+                        "billing details.\",\"type\":\"insufficient_quota\",\"param\":null,"
+                        "\"code\":\"insufficient_quota\"}}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 429, quota, strlen(quota), &r);
+    assert_int_equal(r.category, DECIDE_CAT_QUOTA);
+    assert_non_null(strstr(r.error, "HTTP 429 insufficient_quota: You exceeded your current quota"));
+    llm_api_result_clear(&r);
+    const char *credit = "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":"
+                         "\"Your credit balance is too low to access the Anthropic API. Please go to Plans & "
+                         "Billing to upgrade or purchase credits.\"},\"request_id\":\"req_1\"}";
+    llm_api_parse(LLM_PROVIDER_ANTHROPIC, 400, credit, strlen(credit), &r);
+    assert_int_equal(r.category, DECIDE_CAT_QUOTA);
+    llm_api_result_clear(&r);
     const char *refuse = "{\"content\":[],\"stop_reason\":\"refusal\",\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}";
     llm_api_parse(LLM_PROVIDER_ANTHROPIC, 200, refuse, strlen(refuse), &r);
     assert_int_equal(r.category, DECIDE_CAT_REFUSAL);
