@@ -29,13 +29,12 @@
 
 /* drifted(k, s): key k's TTL is gone or 1% (at least a second) off s
  * seconds.  ttl(k, s) gives key k (just written) its TTL anew only then:
- * a job's hash, given
- * its TTL by begin, is not given it again by finish an LLM call later (at
- * the default 7 days, unless the attempt took over 100 minutes).  An
- * EXPIRE is a record in the append-only file and a command to propagate
- * (with `always`, fsync'd like the writes), and a job answered at the
- * first attempt made three where two are needed.  A key without a TTL (-1:
- * made by this script) or gone (-2) is always given it. */
+ * a job's hash, given its TTL by begin, is not given it again by finish
+ * an LLM call later (at the default 7 days, unless the attempt took over
+ * 100 minutes).  An EXPIRE is a record in the append-only file and a
+ * command to propagate (with `always`, fsync'd like the writes), and a job
+ * answered at the first attempt made three where two are needed.  A key
+ * without a TTL (-1: made by this script) or gone (-2) has drifted. */
 #define SCRIPT_TTL \
     "local function drifted(k, s)\n" \
     "  local left = redis.call('PTTL', k)\n" \
