@@ -318,12 +318,10 @@ static inline char *json_escape_run(char *o, const char *p, const char *stop) {
     return o;
 }
 
-int sbuf_json_string(sbuf *b, const char *s, size_t len) {
-    /* Worst case every byte becomes \u00XX. */
-    if (sbuf_reserve(b, len * 6 + 2)) return -1;
-    char *o = b->data + b->len;
+/* Writes s[0..len) escaped at o, which has room for 6 bytes a byte;
+ * returns the end. */
+static inline char *json_escape_to(char *o, const char *s, size_t len) {
     const char *p = s, *end = s + len;
-    *o++ = '"';
 #ifdef __SSE2__
     /* 16 bytes at a time: a block with nothing to escape is copied whole,
      * one with something byte by byte.  Measured on the bench's answers
@@ -342,7 +340,23 @@ int sbuf_json_string(sbuf *b, const char *s, size_t len) {
         p += 16;
     }
 #endif
-    o = json_escape_run(o, p, end);
+    return json_escape_run(o, p, end);
+}
+
+int sbuf_json_escape(sbuf *b, const char *s, size_t len) {
+    /* Worst case every byte becomes \u00XX. */
+    if (sbuf_reserve(b, len * 6)) return -1;
+    char *o = json_escape_to(b->data + b->len, s, len);
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
+    return 0;
+}
+
+int sbuf_json_string(sbuf *b, const char *s, size_t len) {
+    if (sbuf_reserve(b, len * 6 + 2)) return -1;
+    char *o = b->data + b->len;
+    *o++ = '"';
+    o = json_escape_to(o, s, len);
     *o++ = '"';
     *o = '\0';
     b->len = (size_t)(o - b->data);

@@ -143,6 +143,9 @@ int sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Appends s[0..len) as a quoted JSON string (UTF-8 passes through; quotes,
  * backslashes and control characters are escaped). */
 int sbuf_json_string(sbuf *b, const char *s, size_t len);
+/* The same without the quotes: appends s[0..len) escaped as inside a JSON
+ * string, so one string can be written in pieces. */
+int sbuf_json_escape(sbuf *b, const char *s, size_t len);
 void sbuf_free(sbuf *b);
 /* Returns the buffer (taken by the caller) and resets b. */
 char *sbuf_take(sbuf *b);

@@ -117,55 +117,34 @@ void job_clear(job *j) {
     memset(j, 0, sizeof(*j));
 }
 
-/* A message whose strings are referenced, not copied: the tree lives no
- * longer than the job, and building the request reads it once. */
-static void add_message(cJSON *arr, const char *role, const char *content) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToObjectCS(m, "role", cJSON_CreateStringReference(role ? role : ""));
-    cJSON_AddItemToObjectCS(m, "content", cJSON_CreateStringReference(content ? content : ""));
-    cJSON_AddItemToArray(arr, m);
+/* Puts message n of the conversation into out when there is room. */
+static void put_message(llm_api_message *out, size_t cap, size_t n, const char *role, const char *content) {
+    if (n >= cap) return;
+    out[n] = (llm_api_message){role ? role : "", {content ? content : "", NULL, NULL}};
 }
 
-cJSON *job_messages(const job *j, const char *schema_text) {
-    cJSON *arr = cJSON_CreateArray();
-    sbuf sys = {0};
-    const char *intro = "Respond with only one JSON value that conforms to the JSON Schema of this task, "
-                        "with no text or code fence around it.";
-    if (schema_text) {
-        sbuf_reserve(&sys, strlen(intro) + 15 + strlen(schema_text));
-        sbuf_puts(&sys, intro);
-        sbuf_puts(&sys, "\nJSON Schema:\n");
-        sbuf_puts(&sys, schema_text);
-    }
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToObjectCS(m, "role", cJSON_CreateStringReference("system"));
-    /* The system text is the one string the tree owns: the buffer is
-     * handed over (a string item without the reference flag frees its
-     * valuestring). */
-    cJSON *content = cJSON_CreateStringReference(intro);
-    if (content && schema_text && sys.data) {
-        content->valuestring = sbuf_take(&sys);
-        content->type &= ~cJSON_IsReference;
-    }
-    cJSON_AddItemToObjectCS(m, "content", content);
-    cJSON_AddItemToArray(arr, m);
-    sbuf_free(&sys);
+size_t job_messages(const job *j, const char *schema_text, llm_api_message *out, size_t cap) {
+    static const char intro[] = "Respond with only one JSON value that conforms to the JSON Schema of this task, "
+                                "with no text or code fence around it.";
+    size_t n = 0;
+    if (cap) out[0] = (llm_api_message){"system", {intro, schema_text ? "\nJSON Schema:\n" : NULL, schema_text}};
+    n++;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j->doc, "messages");
     if (cJSON_IsArray(msgs)) {
         const cJSON *msg;
-        cJSON_ArrayForEach(msg, msgs) add_message(arr, get_str(msg, "role"), get_str(msg, "content"));
+        cJSON_ArrayForEach(msg, msgs) put_message(out, cap, n++, get_str(msg, "role"), get_str(msg, "content"));
     } else {
-        add_message(arr, "user", get_str(j->doc, "prompt"));
+        put_message(out, cap, n++, "user", get_str(j->doc, "prompt"));
     }
     if (cJSON_IsObject(j->reflection)) {
         /* Bounded growth: the original conversation, the last output and
          * one repair message; never every past attempt. */
         const char *prev = get_str(j->reflection, "previous_output");
         const char *prompt = get_str(j->reflection, "prompt");
-        add_message(arr, "assistant", prev && prev[0] ? prev : "(no output)");
-        add_message(arr, "user", prompt ? prompt : "Fix the previous answer.");
+        put_message(out, cap, n++, "assistant", prev && prev[0] ? prev : "(no output)");
+        put_message(out, cap, n++, "user", prompt ? prompt : "Fix the previous answer.");
     }
-    return arr;
+    return n;
 }
 
 char *job_retry_value(const job *j, const cJSON *reflection) {

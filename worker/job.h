@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
+#include "llm_api.h"
 #include "schema.h"
 
 typedef struct job {
@@ -39,8 +40,11 @@ void job_clear(job *j);
 /* The conversation for the model: a system instruction (with the schema
  * text unless the API carries it: schema_text NULL), the job's messages or
  * prompt, then, on a retry, the previous output as the assistant's turn and
- * the repair prompt as the user's.  Taken by the caller. */
-cJSON *job_messages(const job *j, const char *schema_text);
+ * the repair prompt as the user's.  Fills out[0..cap) and returns how many
+ * messages there are: when that is more than cap, out holds the first cap
+ * (call again with room for all).  Nothing is allocated or copied: the
+ * strings are j's, schema_text's and constants, valid while those live. */
+size_t job_messages(const job *j, const char *schema_text, llm_api_message *out, size_t cap);
 
 /* The retry job for attempt + 1: the original job with attempt and
  * reflection replaced (reflection borrowed; NULL leaves the retry without

@@ -96,6 +96,28 @@ static void schema_name_copy(char *dst, size_t len, const char *src) {
 /* Appends a printed cJSON value. */
 static int append_json(sbuf *b, const cJSON *v) { return jsonout_value(b, v); }
 
+/* Appends m's content's parts, escaped as one JSON string's inside. */
+static int append_parts(sbuf *b, const llm_api_message *m) {
+    for (int i = 0; i < LLM_API_PARTS && m->parts[i]; i++)
+        if (sbuf_json_escape(b, m->parts[i], strlen(m->parts[i]))) return -1;
+    return 0;
+}
+
+/* Appends {"role":...,"content":...}. */
+static int append_message(sbuf *b, const llm_api_message *m) {
+    const char *role = m->role ? m->role : "";
+    return sbuf_puts(b, "{\"role\":") || sbuf_json_string(b, role, strlen(role)) ||
+           sbuf_puts(b, ",\"content\":\"") || append_parts(b, m) || sbuf_puts(b, "\"}");
+}
+
+static int is_system(const llm_api_message *m) { return m->role && !strcmp(m->role, "system"); }
+
+static int content_empty(const llm_api_message *m) {
+    for (int i = 0; i < LLM_API_PARTS && m->parts[i]; i++)
+        if (m->parts[i][0]) return 0;
+    return 1;
+}
+
 /* Appends ,"name":v (a param written at the top level). */
 static int append_member(sbuf *b, const char *name, const cJSON *v) {
     return sbuf_puts(b, ",") || sbuf_json_string(b, name, strlen(name)) || sbuf_puts(b, ":") || append_json(b, v);
@@ -112,8 +134,11 @@ static char *build_openai(const llm_api_request *req, size_t *len) {
                   !cJSON_GetObjectItemCaseSensitive(req->params, "response_format");
     if (sbuf_reserve(&b, 2048 + (with_rf && req->schema_json ? strlen(req->schema_json) : 0))) goto cleanup;
     if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model)) ||
-        sbuf_puts(&b, ",\"messages\":") || append_json(&b, req->messages))
+        sbuf_puts(&b, ",\"messages\":["))
         goto cleanup;
+    for (size_t i = 0; i < req->nmessages; i++)
+        if ((i && sbuf_puts(&b, ",")) || append_message(&b, &req->messages[i])) goto cleanup;
+    if (sbuf_puts(&b, "]")) goto cleanup;
     if (with_rf) {
         const char *schema_json = req->schema_json;
         int strict = req->schema_strict;
@@ -164,7 +189,6 @@ static int anthropic_param_later(const cJSON *params, const cJSON *p, const char
  * (those a param replaces are left out), then the params. */
 static char *build_anthropic(const llm_api_request *req, size_t *len) {
     sbuf b = {0};
-    sbuf sys = {0};
     char *schema_owned = NULL;
     char *out = NULL;
     const cJSON *params = req->params;
@@ -181,26 +205,29 @@ static char *build_anthropic(const llm_api_request *req, size_t *len) {
         (sbuf_puts(&b, ",\"max_tokens\":") || jsonout_number(&b, req->default_max_tokens)))
         goto cleanup;
     /* Anthropic takes the system prompt at the top level: the system
-     * messages' texts, joined by a blank line. */
+     * messages' texts, joined by a blank line, written after the others. */
     if (sbuf_puts(&b, ",\"messages\":[")) goto cleanup;
-    int first = 1;
-    const cJSON *m;
-    cJSON_ArrayForEach(m, req->messages) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (cJSON_IsString(role) && !strcmp(role->valuestring, "system")) {
-            if (cJSON_IsString(content) &&
-                ((sys.len && sbuf_puts(&sys, "\n\n")) || sbuf_puts(&sys, content->valuestring)))
-                goto cleanup;
+    int first = 1, has_sys = 0;
+    for (size_t i = 0; i < req->nmessages; i++) {
+        const llm_api_message *m = &req->messages[i];
+        if (is_system(m)) {
+            has_sys |= !content_empty(m);
             continue;
         }
-        if ((!first && sbuf_puts(&b, ",")) || jsonout_value(&b, m)) goto cleanup;
+        if ((!first && sbuf_puts(&b, ",")) || append_message(&b, m)) goto cleanup;
         first = 0;
     }
     if (sbuf_puts(&b, "]")) goto cleanup;
-    if (sys.len && !anthropic_param_later(params, NULL, "system") &&
-        (sbuf_puts(&b, ",\"system\":") || sbuf_json_string(&b, sys.data, sys.len)))
-        goto cleanup;
+    if (has_sys && !anthropic_param_later(params, NULL, "system")) {
+        if (sbuf_puts(&b, ",\"system\":\"")) goto cleanup;
+        int joined = 0;
+        for (size_t i = 0; i < req->nmessages; i++) {
+            const llm_api_message *m = &req->messages[i];
+            if (!is_system(m) || content_empty(m)) continue;
+            if ((joined++ && sbuf_puts(&b, "\\n\\n")) || append_parts(&b, m)) goto cleanup;
+        }
+        if (sbuf_puts(&b, "\"")) goto cleanup;
+    }
     if (with_of) {
         const char *schema_json = req->schema_json;
         if (!schema_json && !(schema_json = schema_owned = jsonout_print(req->schema))) goto cleanup;
@@ -220,7 +247,6 @@ static char *build_anthropic(const llm_api_request *req, size_t *len) {
     out = sbuf_take(&b);
 cleanup:
     sbuf_free(&b);
-    sbuf_free(&sys);
     free(schema_owned);
     return out;
 }

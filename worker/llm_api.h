@@ -15,10 +15,20 @@ typedef enum llm_response_format { LLM_RF_AUTO = 0, LLM_RF_ON, LLM_RF_OFF } llm_
 int llm_api_provider_parse(const char *s, llm_provider *out);          /* 0 = ok */
 int llm_api_response_format_parse(const char *s, llm_response_format *out);
 
+/* One message of the conversation.  Its content is its parts joined, up
+ * to the first NULL one (the system instruction and the schema's text go
+ * as they are, not copied into one string first).  All borrowed. */
+#define LLM_API_PARTS 3
+typedef struct llm_api_message {
+    const char *role;
+    const char *parts[LLM_API_PARTS];
+} llm_api_message;
+
 typedef struct llm_api_request {
     llm_provider provider;
     const char *model;
-    const cJSON *messages;      /* OpenAI style [{role, content}], system included; borrowed */
+    const llm_api_message *messages; /* OpenAI style, system included; borrowed */
+    size_t nmessages;
     const cJSON *params;        /* object merged at top level (temperature, ...) or NULL */
     const cJSON *schema;        /* output schema or NULL */
     const char *schema_name;    /* [a-zA-Z0-9_-]; others become '_' */

@@ -1546,13 +1546,23 @@ static void call_llm(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_LLM;
     int sends = llm_api_sends_schema(w->provider, w->rf);
-    cJSON *msgs = job_messages(&j->job, sends ? NULL : j->schema_text);
-    llm_api_request req = {w->provider, j->model, msgs, j->job.params, j->schema_doc,
+    const char *schema_text = sends ? NULL : j->schema_text;
+    /* On the stack unless the job brings a long conversation. */
+    llm_api_message inl[8], *msgs = inl;
+    size_t n = job_messages(&j->job, schema_text, inl, 8);
+    if (n > 8) {
+        if (!(msgs = malloc(n * sizeof(*msgs)))) {
+            call_failed(j, "out of memory building the request");
+            return;
+        }
+        job_messages(&j->job, schema_text, msgs, n);
+    }
+    llm_api_request req = {w->provider, j->model, msgs, n, j->job.params, j->schema_doc,
                            j->schema_name, w->rf, w->max_tokens, j->schema_text,
                            j->os->strict};
     free(j->body);
     j->body = llm_api_build_body(&req, &j->body_len);
-    cJSON_Delete(msgs);
+    if (msgs != inl) free(msgs);
     /* Tokens a request may use: its prompt (about 4 bytes a token) and the
      * completion budget; settled against real usage afterwards. */
     j->cost_raw = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;

@@ -792,6 +792,31 @@ def test_a_repair_waits_for_its_retry_job_without_retry_local(stack):
     assert between >= 30, "only %d of 40 jobs ended between the failed attempt and the repair" % between
 
 
+def test_a_long_conversation_goes_whole(stack, envelopes):
+    """A job's own conversation of 13 messages (the worker lists a
+    request's messages in room for 8, and takes more for longer ones).  The
+    mock reads its directive from the first user message and, on the
+    repair, looks for the missing field's name in the last user message:
+    the job is final at its second attempt only when the system
+    instruction, all 13 and the repair went, in order."""
+    stack.start_worker()
+    jid = uid("conv")
+    msgs = []
+    for i in range(6):
+        msgs.append({"role": "user", "content": "Turn %d.%s" % (i, " [[mock defect=missing_field until=1]]" if not i else "")})
+        msgs.append({"role": "assistant", "content": "Noted, turn %d." % i})
+    msgs.append({"role": "user", "content": "Now describe a product."})
+    doc = {"job_id": jid, "schema": "product.v1", "messages": msgs}
+    envelopes.validate("job.schema.json", doc)
+    stack.produce_jobs([doc])
+    stack.wait_outcomes([jid])
+    finals = by_job(stack.consume("retort.final"), jid)
+    assert len(finals) == 1, by_job(stack.consume("retort.escalations"), jid)
+    ev = finals[0]["value"]
+    assert ev["attempts"] == 2
+    assert [s["outcome"] for s in ev["summary"]] == ["invalid", "valid"]
+
+
 def test_fixed_on_third_attempt(stack):
     stack.start_worker()
     jid = uid("third")

@@ -251,13 +251,28 @@ static void test_categories(void **s) {
     llm_api_result_clear(&r);
 }
 
+/* The messages of a JSON array of {role, content}, into out (room for
+ * 8), pointing into tree: one part each. */
+static size_t messages_of(const cJSON *tree, llm_api_message *out) {
+    size_t n = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, tree) {
+        assert_true(n < 8);
+        out[n++] = (llm_api_message){cJSON_GetObjectItem(m, "role")->valuestring,
+                                     {cJSON_GetObjectItem(m, "content")->valuestring, NULL, NULL}};
+    }
+    return n;
+}
+
 static void test_build_bodies(void **s) {
     (void)s;
     cJSON *sch = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},"
                                 "\"required\":[\"a\"],\"additionalProperties\":false}");
     cJSON *msgs = cJSON_Parse("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"U\"}]");
     cJSON *params = cJSON_Parse("{\"temperature\":0.2,\"max_tokens\":50}");
-    llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", msgs, params, sch, "product.v1", LLM_RF_AUTO, 1024,
+    llm_api_message mv[8];
+    size_t nm = messages_of(msgs, mv);
+    llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", mv, nm, params, sch, "product.v1", LLM_RF_AUTO, 1024,
                            NULL, 0};
     char *body = llm_api_build_body(&req, NULL);
     cJSON *b = cJSON_Parse(body);
@@ -378,7 +393,9 @@ static void test_build_bodies(void **s) {
 static void anthropic_body_is(const char *msgs, const char *params, const char *schema_text, llm_response_format rf,
                               int max_tokens, const char *want) {
     cJSON *m = cJSON_Parse(msgs), *p = params ? cJSON_Parse(params) : NULL, *sch = schema_text ? cJSON_Parse(schema_text) : NULL;
-    llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", m, p, sch, "inv", rf, max_tokens, NULL, 0};
+    llm_api_message mv[8];
+    size_t nm = messages_of(m, mv);
+    llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", mv, nm, p, sch, "inv", rf, max_tokens, NULL, 0};
     char *body = llm_api_build_body(&r, NULL);
     assert_string_equal(body, want);
     free(body);
@@ -398,7 +415,9 @@ static void anthropic_body_is(const char *msgs, const char *params, const char *
 
 static void test_anthropic_body(void **s) {
     (void)s;
-    const char *msgs = "[{\"role\":\"system\",\"content\":\"S1\"},{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},"
+    /* an empty system text adds no blank line */
+    const char *msgs = "[{\"role\":\"system\",\"content\":\"S1\"},{\"role\":\"system\",\"content\":\"\"},"
+                       "{\"role\":\"user\",\"content\":\"U \\\"q\\\"\"},"
                        "{\"role\":\"system\",\"content\":\"S2\"},{\"role\":\"assistant\",\"content\":\"A\"},"
                        "{\"role\":\"system\",\"content\":[1]}]";
     const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":1.5}}}";
@@ -471,21 +490,45 @@ static void test_retry_conversation(void **s) {
     j.attempt = 2;
     j.max_attempts = 3;
     j.reflection = cJSON_GetObjectItem(j.doc, "reflection");
-    cJSON *m = job_messages(&j, "{\"type\":\"object\"}");
-    assert_int_equal(cJSON_GetArraySize(m), 4); /* system, user, assistant, user */
-    assert_non_null(strstr(cJSON_GetArrayItem(m, 0)->child->next->valuestring, "JSON Schema:"));
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 1), "content")->valuestring, "P");
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 2), "role")->valuestring, "assistant");
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 2), "content")->valuestring, "OLD");
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(m, 3), "content")->valuestring, "FIX /name");
-    cJSON_Delete(m);
-    /* The API carries the schema: the instruction alone (a constant the
-     * tree must not free: ASan's run checks). */
-    m = job_messages(&j, NULL);
-    const char *sys = cJSON_GetObjectItem(cJSON_GetArrayItem(m, 0), "content")->valuestring;
+    llm_api_message m[8];
+    /* short of room, the count says how much is needed */
+    assert_int_equal(job_messages(&j, "{\"type\":\"object\"}", m, 2), 4);
+    assert_int_equal(job_messages(&j, "{\"type\":\"object\"}", m, 8), 4); /* system, user, assistant, user */
+    assert_string_equal(m[0].role, "system");
+    assert_string_equal(m[1].parts[0], "P");
+    assert_null(m[1].parts[1]);
+    assert_string_equal(m[2].role, "assistant");
+    assert_string_equal(m[2].parts[0], "OLD");
+    assert_string_equal(m[3].parts[0], "FIX /name");
+    /* The system text goes in parts, joined in the body as one string,
+     * escaped across them. */
+    llm_api_request req = {LLM_PROVIDER_OPENAI, "m", m, 4, NULL, NULL, "x", LLM_RF_OFF, 16, NULL, 0};
+    char *body = llm_api_build_body(&req, NULL);
+    cJSON *b = cJSON_Parse(body);
+    assert_non_null(b);
+    const char *sys = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "messages"), 0),
+                                          "content")->valuestring;
     assert_non_null(strstr(sys, "Respond with only one JSON value"));
-    assert_null(strstr(sys, "JSON Schema:"));
-    cJSON_Delete(m);
+    assert_non_null(strstr(sys, "around it.\nJSON Schema:\n{\"type\":\"object\"}"));
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "messages"), 3),
+                                            "content")->valuestring, "FIX /name");
+    cJSON_Delete(b);
+    free(body);
+    /* The API carries the schema: the instruction alone. */
+    assert_int_equal(job_messages(&j, NULL, m, 8), 4);
+    assert_non_null(strstr(m[0].parts[0], "Respond with only one JSON value"));
+    assert_null(m[0].parts[1]);
+    /* Anthropic: the parts joined at the top level too */
+    req.provider = LLM_PROVIDER_ANTHROPIC;
+    assert_int_equal(job_messages(&j, "{\"a\":\"\\\"\"}", m, 8), 4);
+    body = llm_api_build_body(&req, NULL);
+    b = cJSON_Parse(body);
+    assert_non_null(b);
+    sys = cJSON_GetObjectItem(b, "system")->valuestring;
+    assert_non_null(strstr(sys, "around it.\nJSON Schema:\n{\"a\":\"\\\"\"}"));
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(b, "messages")), 3);
+    cJSON_Delete(b);
+    free(body);
     /* the next retry replaces the reflection: the conversation never grows */
     cJSON *refl = cJSON_Parse("{\"attempt\":2,\"prompt\":\"FIX AGAIN\",\"previous_output\":\"NEWER\"}");
     char *next = job_retry_value(&j, refl);
