@@ -277,6 +277,8 @@ struct state {
     long ttl_s;
     char sha[SCRIPT_COUNT][41];
     state_op *queue_head, *queue_tail;  /* waiting for a connection */
+    state_op *pool;                     /* finished ops kept for reuse (op_free) */
+    size_t npool;
     size_t pending;                     /* ops not yet completed */
     uv_timer_t reconnect;
     uv_timer_t resend;         /* tries the line again after a send failed */
@@ -313,11 +315,26 @@ struct state {
 static void connect_now(state *st);
 static int op_send(state *st, state_op *op);
 
+/* A finished op is kept for the next one, with its argument buffer: a
+ * job's two scripts then allocate nothing (the op's calloc and its
+ * buffer's growth were five allocations a job).  Bounded in count and in
+ * the buffer kept: a record's arguments carry the model's answer, which
+ * may run to megabytes once in a while. */
+#define OP_POOL_MAX 256
+#define OP_POOL_ARGS_MAX (64 * 1024)
+
 static void op_free(state_op *op) {
     if (!op) return;
+    state *st = op->st;
     if (op->offs != op->offs_inl) {
         free(op->offs);
         free(op->lens);
+    }
+    if (!st->closing && st->npool < OP_POOL_MAX && op->args.cap <= OP_POOL_ARGS_MAX) {
+        op->next = st->pool;
+        st->pool = op;
+        st->npool++;
+        return;
     }
     sbuf_free(&op->args);
     free(op);
@@ -822,6 +839,13 @@ void state_free(state *st) {
     }
     op_free(st->pub);
     st->pub = NULL;
+    while (st->pool) {
+        state_op *op = st->pool;
+        st->pool = op->next;
+        sbuf_free(&op->args);
+        free(op);
+    }
+    st->npool = 0;
     uv_prepare_stop(&st->before_poll);
     uv_close((uv_handle_t *)&st->before_poll, st_close_cb);
     free(st->host);
@@ -876,8 +900,17 @@ static int op_addl(state_op *op, long long v) {
 }
 
 static state_op *op_alloc(state *st, int script) {
-    state_op *op = calloc(1, sizeof(*op));
-    if (!op) return NULL;
+    state_op *op = st->pool;
+    if (op) {
+        st->pool = op->next;
+        st->npool--;
+        sbuf args = op->args;
+        memset(op, 0, sizeof(*op));
+        op->args = args;
+        op->args.len = 0;
+    } else if (!(op = calloc(1, sizeof(*op)))) {
+        return NULL;
+    }
     op->st = st;
     op->script = script;
     op->offs = op->offs_inl;

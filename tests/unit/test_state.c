@@ -498,6 +498,51 @@ static void test_a_batch_ttl_within_one_percent_is_kept(void **s)
     ttl_rig_done(&r);
 }
 
+/* Finished commands are kept and reused (state.c's pool): each one then
+ * carries its own job's keys and record only, whatever the one before it
+ * held: a longer id, a record of 3,000 bytes, one of 100,000 (over what a
+ * kept buffer may hold: freed, not kept). */
+static void test_commands_reused_carry_only_their_own_arguments(void **s)
+{
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 60);
+    redisContext *c = r.c;
+    one_job *o = &r.o;
+    static const struct {
+        const char *id;
+        size_t rec_len;
+    } jobs[] = {
+        {"a-job-id-much-longer-than-the-next-one", 3000}, {"j", 24}, {"k", 100000}, {"l", 24}, {"m", 3000}, {"n", 24},
+    };
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+        char *rec = malloc(jobs[i].rec_len + 1);
+        assert_non_null(rec);
+        /* {"attempt":1,"x":"ccc..."} padded to rec_len, a letter per job */
+        int head = snprintf(rec, jobs[i].rec_len + 1, "{\"attempt\":1,\"x\":\"");
+        memset(rec + head, 'a' + (int)i, jobs[i].rec_len - (size_t)head - 2);
+        memcpy(rec + jobs[i].rec_len - 2, "\"}", 3);
+        assert_int_equal(begin_verdict(o, jobs[i].id, 1), STATE_GO);
+        assert_int_equal(state_finish(o->st, jobs[i].id, NULL, "w1", 1, "final", rec, jobs[i].rec_len, 10, 5, NULL,
+                                      on_one, o), 0);
+        assert_int_equal(wait_verdict(o), STATE_OK);
+        char key[128];
+        snprintf(key, sizeof(key), "t:job:{%s}:history", jobs[i].id);
+        redisReply *h = redisCommand(c, "LRANGE %s 0 -1", key);
+        assert_true(h && h->type == REDIS_REPLY_ARRAY);
+        assert_int_equal(h->elements, 1);
+        assert_int_equal(h->element[0]->len, jobs[i].rec_len);
+        assert_memory_equal(h->element[0]->str, rec, jobs[i].rec_len);
+        freeReplyObject(h);
+        snprintf(key, sizeof(key), "t:job:{%s}", jobs[i].id);
+        redisReply *st = redisCommand(c, "HGET %s status", key);
+        assert_true(st && st->type == REDIS_REPLY_STRING);
+        assert_string_equal(st->str, "final");
+        freeReplyObject(st);
+        free(rec);
+    }
+    ttl_rig_done(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -509,6 +554,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_fresh_ttl_is_not_set_again, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_batch_ttl_within_one_percent_is_kept, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_commands_reused_carry_only_their_own_arguments, redis_start, redis_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
