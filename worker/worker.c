@@ -62,6 +62,11 @@ typedef enum wjob_stage {
     STAGE_DONE
 } wjob_stage;
 
+/* Freed jobs kept for reuse, linked through next: a job then costs no
+ * allocation of its own.  Never more than were held at once; this caps
+ * what a burst leaves behind (4 KB each). */
+#define WJOB_POOL_MAX 1024
+
 typedef struct wjob {
     worker *w;
     wjob_stage stage;
@@ -231,6 +236,8 @@ struct worker {
     char **critical;
     size_t ncritical;
     size_t max_inflight;     /* LLM calls (the gate's ceiling) */
+    wjob *wjob_pool;         /* freed jobs kept for the next ones (wjob_close_cb) */
+    size_t wjob_npool;
     size_t max_jobs;         /* jobs held: calls and the work around them */
     size_t inflight;         /* live jobs, the delivering ones included */
     size_t delivering;       /* of them, waiting only for their outcome's delivery report */
@@ -372,6 +379,13 @@ static void wjob_close_cb(uv_handle_t *h) {
     free(j->ev_value);
     free(j->msg_key);
     free(j->body);
+    worker *w = j->w;
+    if (w->wjob_npool < WJOB_POOL_MAX) {
+        j->next = w->wjob_pool;
+        w->wjob_pool = j;
+        w->wjob_npool++;
+        return;
+    }
     free(j);
 }
 
@@ -386,8 +400,14 @@ static void job_unlink(wjob *j) {
  * partition and offset, linked into the worker's jobs.  NULL on out of
  * memory.  Freed by wjob_free. */
 static wjob *wjob_new(worker *w, int32_t partition, int64_t offset, uint64_t epoch) {
-    wjob *j = calloc(1, sizeof(*j));
-    if (!j) return NULL;
+    wjob *j = w->wjob_pool;
+    if (j) {
+        w->wjob_pool = j->next;
+        w->wjob_npool--;
+        memset(j, 0, sizeof(*j));
+    } else if (!(j = calloc(1, sizeof(*j)))) {
+        return NULL;
+    }
     j->w = w;
     uv_timer_init(w->loop, &j->timer);
     j->timer.data = j;
@@ -2466,6 +2486,11 @@ out:;
     uv_walk(w->loop, loop_close_walk, NULL);
     uv_run(w->loop, UV_RUN_DEFAULT);
     uv_loop_close(w->loop);
+    while (w->wjob_pool) {
+        wjob *j = w->wjob_pool;
+        w->wjob_pool = j->next;
+        free(j);
+    }
     /* Jobs left by a drain timeout die with the process. */
     offsets_free(w->offs);
     recent_free(w->continued);
