@@ -37,9 +37,15 @@ most LLM calls the mock held at once (the worker holds a quarter more
 jobs than calls; the inflight column counts jobs).  Results go to stdout
 and bench-results.json.
 
+Last, "allocs": a worker run with tests/preload_allocs.c (LD_PRELOAD) over
+5,000 instant jobs counts its allocator calls a job (malloc, calloc,
+realloc), by the object whose code made each call: Retort's own against
+libcurl's, librdkafka's, hiredis's, cJSON's.  Apart from the timed
+scenarios, as the counting costs CPU of its own.
+
 Environment: BENCH_SCALE=0 shrinks the scale check from 100,000 to 40,000 jobs,
 BENCH_BUDGET_S caps each throughput phase (default 150 s),
-BENCH_QUICK=1 divides every job count by 5 (a smoke run), BENCH_ONLY=floors,a,c
+BENCH_QUICK=1 divides every job count by 5 (a smoke run), BENCH_ONLY=floors,a,c,allocs
 runs some parts only (a scenario by name or first letter), BENCH_WORKER=PATH
 measures another build of `retort` (A/B comparisons), BENCH_RESULTS=PATH
 writes the JSON elsewhere than bench-results.json,
@@ -77,7 +83,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_lib import (BUILD, FETCH_WAIT_MS, LATENCY_JOBS_TOPIC, OUTCOME_PARTITIONING, REPO, BenchStack, Sampler, build_tools,  # noqa: E402
                        bodies_file, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
                        proc_allocator, proc_cpu_s, proc_status_kb, slope)
-from stack import free_port  # noqa: E402
+from stack import build_preload, free_port  # noqa: E402
 import redis  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -940,6 +946,70 @@ def run_scenario(sc):
     return res
 
 
+def read_allocs(path, after=0):
+    """The counts tests/preload_allocs.c last wrote, {object: calls}, once
+    it has written after `after` (its seq): (seq, counts)."""
+    deadline = time.time() + 10
+    while True:
+        try:
+            with open(path) as f:
+                lines = f.read().split("\n")
+            seq = int(lines[0].split()[1])
+            if seq > after:
+                return seq, {name: int(c) for c, name in (l.split(" ", 1) for l in lines[1:] if l)}
+        except (OSError, ValueError, IndexError):
+            pass
+        if time.time() > deadline:
+            raise ScenarioFailed("no allocation counts in %s" % path)
+        time.sleep(0.02)
+
+
+def allocations():
+    """Issue 5 asks for no per-job allocation a pool or arena could avoid:
+    a worker with tests/preload_allocs.c counts its allocator calls
+    (malloc, calloc, realloc) over instant jobs, charged to the object
+    whose code made each call.  Counted apart from the timed scenarios:
+    the shim's counting costs CPU of its own."""
+    jobs = n(5000)
+    log("== allocations: %d instant jobs, a worker counting its allocator calls" % jobs)
+    st = BenchStack(partitions=PARTITIONS)
+    res = {"jobs": jobs}
+    try:
+        st.start_tails()
+        shim = build_preload("preload_allocs", st.dir)
+        path = os.path.join(st.dir, "allocs.txt")
+        w = st.start_worker(name="w-allocs", env={"LD_PRELOAD": shim, "PRELOAD_ALLOCS_FILE": path})
+        warm = [job_doc("warm-allocs-%s-%d" % (RUN, i), i) for i in range(300)]
+        st.feed(warm)
+        if wait_done(st, {d["job_id"] for d in warm}, 60, "allocations warm-up", w.pid) is None:
+            raise ScenarioFailed("allocations: warm-up jobs got no outcome in 60 s")
+        time.sleep(0.5)
+        seq, c0 = read_allocs(path)
+        docs = [job_doc("allocs-%s-%06d" % (RUN, i), i) for i in range(jobs)]
+        st.feed(docs)
+        if wait_done(st, {d["job_id"] for d in docs}, BUDGET_S, "allocations", w.pid) is None:
+            raise ScenarioFailed("allocations: jobs got no outcome in %.0f s" % BUDGET_S)
+        # the last delivery reports and Redis marks come just after the outcomes
+        time.sleep(0.5)
+        _, c1 = read_allocs(path, seq)
+        per = {k: round((c1.get(k, 0) - c0.get(k, 0)) / float(jobs), 2) for k in c1}
+        per = {k: v for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+        res["per_job"] = per
+        res["total_per_job"] = round(sum(per.values()), 1)
+        res["retort_per_job"] = per.get("program", 0.0)
+        st.stop_worker(w, timeout=60)
+    except ScenarioFailed as e:
+        log("  FAILED: %s" % e)
+        res["failed"] = str(e)[:2000]
+    finally:
+        st.close(keep=False)
+    if "per_job" in res:
+        log("  allocations: %.1f allocator calls a job, %.2f of them by Retort's own code; by object: %s" % (
+            res["total_per_job"], res["retort_per_job"],
+            ", ".join("%s %.2f" % kv for kv in res["per_job"].items())))
+    return res
+
+
 # -- report -----------------------------------------------------------------------
 
 def report(results):
@@ -1017,6 +1087,12 @@ def report(results):
             log("  %-12s CPU per job %.0f us = curl at a worker's pace %.0f + Kafka at a worker's pace %.0f + "
                 "the rest %.0f (Redis, JSON, validation, events, logs)" % (
                     name, r["cpu_us_per_job"], curl, kafka, r["cpu_us_per_job"] - curl - kafka))
+    al = results.get("allocations") or {}
+    if al.get("per_job"):
+        log("allocations: %.1f allocator calls a job (malloc, calloc, realloc; %d instant jobs), %.2f of them by "
+            "Retort's own code; by the object making the call: %s" % (
+                al["total_per_job"], al["jobs"], al["retort_per_job"],
+                ", ".join("%s %.2f" % kv for kv in al["per_job"].items())))
     t = results["targets"]
     log("")
     for k, v in t.items():
@@ -1205,6 +1281,9 @@ def main():
                 results["scenarios"][sc["name"]] = {"failed": str(e)[:2000]}
             with open(RESULTS, "w") as f:   # partial results survive a crash
                 json.dump(results, f, indent=1)
+        if not ONLY or "allocs" in ONLY:
+            settle()
+            results["allocations"] = allocations()
     except KeyboardInterrupt:
         log("interrupted")
     results["targets"] = targets(results)

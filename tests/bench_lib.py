@@ -312,19 +312,19 @@ class BenchStack(Stack):
         return super().properties() + "kafka.consumer.fetch.wait.max.ms=%d\ntopics.outcome_partitioning=%s\n" % (
             FETCH_WAIT_MS, OUTCOME_PARTITIONING)
 
-    def start_worker(self, *args, name=None):
+    def start_worker(self, *args, name=None, env=None):
         """Stack.start_worker, with BENCH_WORKER=/path/to/retort to measure
         another build of the worker (an A/B comparison), and
         BENCH_WORKER_ARGS="--set k=v ..." appended to its arguments."""
         args = list(args) + os.environ.get("BENCH_WORKER_ARGS", "").split()
         binary = os.environ.get("BENCH_WORKER")
         if not binary:
-            return super().start_worker(*args, name=name)
+            return super().start_worker(*args, name=name, env=env)
         name = name or "w%d" % len(self.workers)
         log = open(os.path.join(self.dir, name + ".log"), "ab")
         p = subprocess.Popen(
             [binary, "worker", "-c", self.config_path, "--set", "worker.id=%s" % name] + list(args),
-            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret"))
+            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret", **(env or {})))
         p.name = name
         self.workers.append(p)
         return p
