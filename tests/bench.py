@@ -998,7 +998,8 @@ def allocations():
         res["total_per_job"] = round(sum(per.values()), 1)
         res["retort_per_job"] = per.get("program", 0.0)
         st.stop_worker(w, timeout=60)
-    except ScenarioFailed as e:
+    except (ScenarioFailed, RuntimeError, OSError, subprocess.SubprocessError) as e:
+        # the report and its targets are written all the same
         log("  FAILED: %s" % e)
         res["failed"] = str(e)[:2000]
     finally:
