@@ -406,7 +406,9 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
 typedef struct oa_scan {
     const char *p, *end;
     int depth;
-    char *fr, *refusal, *content; /* malloc'd; NULL = absent or not a string */
+    char *refusal, *content;      /* malloc'd; NULL = absent or not a string */
+    char *fr;                     /* into fr_buf; NULL = absent or not a string */
+    char fr_buf[64];              /* the reasons are short words: no allocation */
     long ptoks, ctoks;
     long cache_w, cache_r;        /* Anthropic: prompt tokens written to / read from its cache */
     int choice;                   /* OpenAI: choices[0] is an object */
@@ -650,6 +652,33 @@ static int oa_take_string(oa_scan *s, char **dst, int *seen) {
     return *dst ? 0 : -1;
 }
 
+/* oa_take_string for a short string: into buf (cut to size - 1 bytes;
+ * the finish and stop reasons compared and kept are all far shorter),
+ * *dst pointing at it. */
+static int oa_take_short(oa_scan *s, char *buf, size_t size, char **dst, int *seen) {
+    if (*seen || s->p >= s->end || *s->p != '"') {
+        *seen = 1;
+        return oa_value(s);
+    }
+    *seen = 1;
+    const char *r;
+    size_t n;
+    int esc;
+    if (oa_string(s, &r, &n, &esc)) return -1;
+    char *decoded = NULL;
+    if (esc) {
+        if (!(decoded = oa_decode(r, n))) return -1;
+        r = decoded;
+        n = strlen(decoded);
+    }
+    if (n >= size) n = size - 1;
+    memcpy(buf, r, n);
+    buf[n] = '\0';
+    *dst = buf;
+    free(decoded);
+    return 0;
+}
+
 /* Which of a level's two wanted keys were met already (the first of
  * duplicate keys counts). */
 typedef struct oa_seen {
@@ -678,7 +707,7 @@ static int oa_message_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
 
 static int oa_choice_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     oa_seen *q = ctx;
-    if (OA_KEY(k, kl, "finish_reason")) return oa_take_string(s, &s->fr, &q->a);
+    if (OA_KEY(k, kl, "finish_reason")) return oa_take_short(s, s->fr_buf, sizeof(s->fr_buf), &s->fr, &q->a);
     if (OA_KEY(k, kl, "message")) return oa_take_object(s, &q->b, oa_message_member);
     return oa_value(s);
 }
@@ -817,7 +846,7 @@ typedef struct an_top_seen {
 
 static int an_top_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     an_top_seen *q = ctx;
-    if (OA_KEY(k, kl, "stop_reason")) return oa_take_string(s, &s->fr, &q->stop);
+    if (OA_KEY(k, kl, "stop_reason")) return oa_take_short(s, s->fr_buf, sizeof(s->fr_buf), &s->fr, &q->stop);
     if (OA_KEY(k, kl, "content") && !q->content) {
         q->content = 1;
         if (s->p < s->end && *s->p == '[') {
@@ -863,7 +892,6 @@ static int scan(llm_provider provider, const char *body, size_t len, llm_api_res
     *nul = s.nul;
     rc = 0;
 done:
-    free(s.fr);
     free(s.refusal);
     free(s.content);
     sbuf_free(&s.text);

@@ -633,6 +633,17 @@ static void test_openai_scan(void **s) {
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":null,\"content\":\"A\"}}]}", 1);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\",\"content\":\"B\"},\"message\":{\"content\":\"C\"}}]}", 1);
     CHECK_SCAN("{\"usage\":{\"prompt_tokens\":\"7\",\"prompt_tokens\":8},\"choices\":[{\"message\":{\"content\":\"A\"}}]}", 1);
+    /* a finish reason longer than the scanner's buffer (and the result's),
+     * cut in a character: kept as the DOM keeps it; "length" past a long
+     * escaped prefix is no "length" */
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\"},\"finish_reason\":\"x"
+               "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+               "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+               "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+               "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"}]}", 1);
+    CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"A\"},\"finish_reason\":\"\\u0078xxxxxxxxxxxxxxxxxxxx"
+               "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxlength\"}]}", 1);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"{}\"}],\"stop_reason\":\"max_\\u0074okens\"}", 1);
     /* categories */
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"length\"}]}", 1);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"\"},\"finish_reason\":\"content_filter\"}]}", 1);
