@@ -628,19 +628,26 @@ static int oa_value(oa_scan *s) {
 
 #define OA_KEY(k, kl, lit) ((kl) == sizeof(lit) - 1 && !memcmp((k), (lit), sizeof(lit) - 1))
 
-/* A string member that is wanted: decoded into *dst when it is a string
- * (and *dst still empty: the first of duplicate keys counts), else
- * skipped.  seen: set on the first occurrence whatever its type. */
-static int oa_take_string(oa_scan *s, char **dst, int *seen) {
+/* A wanted member's value: 1 when it is a string met first (the first of
+ * duplicate keys counts), read at *r (escaped when *esc); 0 when it is
+ * skipped; -1 when it is not JSON.  seen: set on the first occurrence
+ * whatever its type. */
+static int oa_member_string(oa_scan *s, int *seen, const char **r, size_t *n, int *esc) {
     if (*seen || s->p >= s->end || *s->p != '"') {
         *seen = 1;
-        return oa_value(s);
+        return oa_value(s) ? -1 : 0;
     }
     *seen = 1;
+    return oa_string(s, r, n, esc) ? -1 : 1;
+}
+
+/* A string member that is wanted: decoded into *dst (malloc'd) when it is
+ * a string met first, else skipped. */
+static int oa_take_string(oa_scan *s, char **dst, int *seen) {
     const char *r;
     size_t n;
-    int esc;
-    if (oa_string(s, &r, &n, &esc)) return -1;
+    int esc, k = oa_member_string(s, seen, &r, &n, &esc);
+    if (k <= 0) return k;
     if (!esc) {
         *dst = malloc(n + 1);
         if (!*dst) return -1;
@@ -656,15 +663,10 @@ static int oa_take_string(oa_scan *s, char **dst, int *seen) {
  * the finish and stop reasons compared and kept are all far shorter),
  * *dst pointing at it. */
 static int oa_take_short(oa_scan *s, char *buf, size_t size, char **dst, int *seen) {
-    if (*seen || s->p >= s->end || *s->p != '"') {
-        *seen = 1;
-        return oa_value(s);
-    }
-    *seen = 1;
     const char *r;
     size_t n;
-    int esc;
-    if (oa_string(s, &r, &n, &esc)) return -1;
+    int esc, k = oa_member_string(s, seen, &r, &n, &esc);
+    if (k <= 0) return k;
     char *decoded = NULL;
     if (esc) {
         if (!(decoded = oa_decode(r, n))) return -1;
