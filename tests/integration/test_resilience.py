@@ -712,12 +712,19 @@ def test_broker_errors_lose_nothing(control_stack):
 
 
 def test_readiness_comes_back_after_a_short_broker_outage(control_stack):
-    """The broker goes away for 3 s, shorter than the session timeout, so no
-    rebalance follows, and no job comes.  /readyz said "kafka down" from
-    the outage on, for good: only a delivery or a rebalance cleared it."""
+    """The broker goes away for a second, well within the session timeout,
+    so no rebalance follows, and no job comes.  /readyz said "kafka down"
+    from the outage on, for good: only a delivery or a rebalance cleared
+    it.  The worker is without the broker for longer than the broker is
+    down: librdkafka's reconnect backoff doubles from 100 ms at each
+    refused connect, so it was seen back 5.3 s after it went (CI, on a busy
+    machine), and the tests' 6 s session timeout then expired with the
+    heartbeats of the last second before the outage: a rebalance.  Hence
+    20 s here."""
     stack = control_stack
     port = free_port()
-    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1",
+                           "--set", "kafka.consumer.session.timeout.ms=20000")
 
     def ready():
         try:
