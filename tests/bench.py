@@ -82,8 +82,8 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_lib import (BUILD, FETCH_WAIT_MS, LATENCY_JOBS_TOPIC, OUTCOME_PARTITIONING, REPO, BenchStack, Sampler, build_tools,  # noqa: E402
                        bodies_file, job_doc, machine_busy_s, parse_rfc3339_ms, peak_overlap, percentile,
-                       proc_allocator, proc_cpu_s, proc_status_kb, read_heap_mb, slope)
-from stack import build_preload, free_port  # noqa: E402
+                       proc_allocator, proc_cpu_s, proc_status_kb, slope)
+from stack import build_preload, free_port, read_heap  # noqa: E402
 import redis  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -754,7 +754,10 @@ def run_scenario(sc):
         if heap_file:
             # the last delivery reports and Redis marks, then the heap idle
             time.sleep(1.0)
-            res["heap_in_use_after_mb"] = read_heap_mb(heap_file)
+            try:
+                res["heap_in_use_after_mb"] = round(read_heap(heap_file, 2.0) / 1048576.0, 2)
+            except (OSError, ValueError, IndexError, AssertionError) as e:
+                log("  heap in use: not read (%s)" % e)
         l1, infra1 = st.llm_stats_light(), st.proc_cpu()
         t1 = time.time()
         res["complete"] = t_seen is not None

@@ -167,27 +167,6 @@ def job_doc(job_id, i, directive=None):
 
 # -- statistics -----------------------------------------------------------------
 
-def read_heap_mb(path, timeout=2.0):
-    """The MB the allocator counts in use in a process running
-    tests/preload_heap.c with PRELOAD_HEAP_FILE=path, as counted after this
-    call (the file's sequence number moved on); None if it did not."""
-    def read():
-        try:
-            with open(path) as f:
-                b, seq = f.read().split()
-            return int(b), int(seq)
-        except (OSError, ValueError):
-            return None, None
-    _, seq0 = read()
-    end = time.time() + timeout
-    while time.time() < end:
-        b, seq = read()
-        if seq is not None and seq0 is not None and seq > seq0:
-            return round(b / 1048576.0, 2)
-        time.sleep(0.02)
-    return None
-
-
 def slope(points):
     """Least-squares slope of y over x, or None."""
     if len(points) < 3:

@@ -41,6 +41,25 @@ def build_preload(name, out_dir):
     return so
 
 
+def read_heap(path, timeout=10.0):
+    """The bytes the allocator counts in use in a process running
+    tests/preload_heap.c with PRELOAD_HEAP_FILE=path, counted after this call
+    began: the file's sequence number two past the one first seen (the count
+    after that one may have begun before).  AssertionError if the count
+    stopped."""
+    def read():
+        with open(path) as f:
+            return [int(x) for x in f.read().split()]
+    seq = read()[1]
+    deadline = time.time() + timeout
+    while True:
+        got, now = read()
+        if now >= seq + 2:
+            return got
+        assert time.time() < deadline, "the heap count stopped"
+        time.sleep(0.005)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

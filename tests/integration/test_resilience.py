@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from stack import (BUILD, Stack, build_preload, chat_completion, failed, free_port, job, jobs_gone, proc_cpu_s,
-                   scrape_metrics, send_json, settle_metrics, wait_metrics)
+                   read_heap, scrape_metrics, send_json, settle_metrics, wait_metrics)
 
 
 def uid(prefix):
@@ -960,17 +960,7 @@ def test_outcomes_waiting_for_their_delivery_hold_only_their_events(control_stac
 
     def heap():
         """The worker's heap in use, counted after this call began."""
-        def read():
-            with open(heap_file) as f:
-                return [int(x) for x in f.read().split()]
-        seq = read()[1]
-        deadline = time.time() + 10
-        while True:
-            got, now = read()
-            if now >= seq + 2:    # the count after seq may have begun before
-                return got
-            assert time.time() < deadline, "the heap count stopped"
-            time.sleep(0.005)
+        return read_heap(heap_file)
 
     try:
         ids = [uid("mem") for _ in range(8)]
