@@ -11,6 +11,15 @@
 #include "log.h"
 #include "sticky.h"
 
+/* librdkafka doubles its reconnect backoff from 100 ms up to 10 s by
+ * default, so a worker could come back to a restarted broker up to 10 s
+ * after it was up, and as long again after a short outage as the outage
+ * itself: past the group's session timeout (10 s here), a rebalance that
+ * abandons every job in flight.  1 s, the Java client's default, keeps
+ * the lag under a heartbeat or so; a down broker costs a refused connect
+ * a second.  kafka.reconnect.backoff.max.ms overrides it. */
+#define KAFKA_IO_RECONNECT_MAX_MS "1000"
+
 struct kafka_io {
     uv_loop_t *loop;
     rd_kafka_t *consumer;
@@ -443,6 +452,7 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka
     /* Retry jobs loop back through the topic: a long fetch wait would add
      * to every retry's latency. */
     rd_kafka_conf_set(cconf, "fetch.wait.max.ms", "100", NULL, 0);
+    rd_kafka_conf_set(cconf, "reconnect.backoff.max.ms", KAFKA_IO_RECONNECT_MAX_MS, NULL, 0);
     conf_ctx cc = {cconf, "consumer.", "producer.", producer_only, err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &cc);
     if (cc.failed) goto fail;
@@ -483,6 +493,7 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka
     rd_kafka_conf_set(pconf, "linger.ms", "5", NULL, 0);
     rd_kafka_conf_set(pconf, "compression.type", "lz4", NULL, 0);
     rd_kafka_conf_set(pconf, "message.max.bytes", "1000000", NULL, 0);
+    rd_kafka_conf_set(pconf, "reconnect.backoff.max.ms", KAFKA_IO_RECONNECT_MAX_MS, NULL, 0);
     conf_ctx pc = {pconf, "producer.", "consumer.", consumer_only, err, errlen, 0};
     config_foreach_prefix(cfg, "kafka.", conf_apply, &pc);
     if (pc.failed) goto fail;
