@@ -1,6 +1,7 @@
 #include "llm_api.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -469,12 +470,12 @@ static int oa_string(oa_scan *s, const char **raw, size_t *len, int *esc) {
     return 0;
 }
 
-/* A malloc'd copy of a string oa_string took (its escapes and surrogate
- * pairs checked there), decoded.  NULL on out of memory or a \u0000,
- * which ends cJSON's copy of the string early. */
-static char *oa_decode(const char *r, size_t n) {
-    char *o = malloc(n + 1), *d = o;
-    if (!o) return NULL;
+/* Decodes a string oa_string took (its escapes and surrogate pairs
+ * checked there) into d, which has room for n + 1 bytes (decoding never
+ * lengthens), NUL-terminated; returns the decoded length, or -1 for a
+ * \u0000, which ends cJSON's copy of the string early. */
+static ptrdiff_t oa_decode_to(char *d, const char *r, size_t n) {
+    char *start = d;
     for (size_t i = 0; i < n;) {
         if (r[i] != '\\') {
             *d++ = r[i++];
@@ -489,7 +490,7 @@ static char *oa_decode(const char *r, size_t n) {
         unsigned cp = 0, lo = 0xDC00; /* the digits were checked by oa_string */
         util_hex4(r + i, &cp);
         i += 4;
-        if (cp == 0) goto fail;
+        if (cp == 0) return -1;
         if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its low one follows */
             util_hex4(r + i + 2, &lo);
             i += 6;
@@ -498,10 +499,18 @@ static char *oa_decode(const char *r, size_t n) {
         d += util_utf8_put(d, cp);
     }
     *d = '\0';
+    return d - start;
+}
+
+/* A malloc'd copy of a string oa_string took, decoded.  NULL on out of
+ * memory or a \u0000 (oa_decode_to). */
+static char *oa_decode(const char *r, size_t n) {
+    char *o = malloc(n + 1);
+    if (o && oa_decode_to(o, r, n) < 0) {
+        free(o);
+        o = NULL;
+    }
     return o;
-fail:
-    free(o);
-    return NULL;
 }
 
 /* A number in JSON's grammar.  *small: 1 when it is an integer of at most
@@ -811,26 +820,42 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
  * "text" is a string, joined. */
 
 typedef struct an_block {
-    char *type, *text;
+    char type_buf[16];       /* cut to 15 bytes: only "text" is looked for */
+    char *type;              /* into type_buf; NULL = absent or not a string */
+    const char *text;        /* its raw bytes, in the body; NULL = absent or not a string */
+    size_t text_len;
+    int text_esc;
     oa_seen seen;
 } an_block;
 
 static int an_block_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     an_block *b = ctx;
-    if (OA_KEY(k, kl, "type")) return oa_take_string(s, &b->type, &b->seen.a);
-    if (OA_KEY(k, kl, "text")) return oa_take_string(s, &b->text, &b->seen.b);
+    if (OA_KEY(k, kl, "type")) return oa_take_short(s, b->type_buf, sizeof(b->type_buf), &b->type, &b->seen.a);
+    if (OA_KEY(k, kl, "text")) {
+        int r = oa_member_string(s, &b->seen.b, &b->text, &b->text_len, &b->text_esc);
+        return r < 0 ? -1 : 0;
+    }
     return oa_value(s);
 }
 
+/* A text block's text goes straight from the body into the joined text,
+ * decoded there: a block's type may come after its text, so the text is
+ * only marked until the block's end. */
 static int an_block_elem(oa_scan *s, size_t i) {
     (void)i;
     if (s->p >= s->end || *s->p != '{') return oa_value(s);
-    an_block b = {NULL, NULL, {0}};
-    int r = oa_object(s, an_block_member, &b);
-    if (!r && b.type && b.text && !strcmp(b.type, "text") && sbuf_puts(&s->text, b.text)) r = -1;
-    free(b.type);
-    free(b.text);
-    return r;
+    an_block b = {.type = NULL, .text = NULL};
+    if (oa_object(s, an_block_member, &b)) return -1;
+    if (!b.type || !b.text || strcmp(b.type, "text")) return 0;
+    if (!b.text_esc) return sbuf_append(&s->text, b.text, b.text_len);
+    if (sbuf_reserve(&s->text, b.text_len)) return -1;
+    ptrdiff_t n = oa_decode_to(s->text.data + s->text.len, b.text, b.text_len);
+    if (n < 0) {
+        s->text.data[s->text.len] = '\0';
+        return -1;
+    }
+    s->text.len += (size_t)n;
+    return 0;
 }
 
 static int an_usage_member(oa_scan *s, const char *k, size_t kl, void *ctx) {

@@ -741,6 +741,16 @@ static void test_anthropic_scan(void **s) {
     assert_int_equal(r.completion_tokens, 4);
     llm_api_result_clear(&r);
     check_scan_of(LLM_PROVIDER_ANTHROPIC, two, strlen(two), 1);
+    /* a block's text before its type; escaped texts decoded in place,
+     * one after another; a type longer than the scanner keeps is not
+     * "text"; a \u0000 in a block not of text does not matter */
+    const char *later = "{\"content\":[{\"text\":\"q\\\"1\\n\",\"type\":\"text\"},{\"type\":\"texttexttexttexttext\","
+                        "\"text\":\"Z\"},{\"text\":\"\\ud83d\\ude00\\/\",\"type\":\"text\"},{\"type\":\"text\",\"text\":\"e\"},"
+                        "{\"type\":\"tool_use\",\"text\":\"a\\u0000b\"}]}";
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, later, strlen(later), &r), 0);
+    assert_string_equal(r.text, "q\"1\n\xf0\x9f\x98\x80/e");
+    llm_api_result_clear(&r);
+    check_scan_of(LLM_PROVIDER_ANTHROPIC, later, strlen(later), 1);
     /* the first of duplicate keys, in a block and at the top */
     CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"image\",\"type\":\"text\",\"text\":\"A\",\"text\":\"B\"}]}", 1);
     CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"A\"}],\"content\":[]}", 1);
