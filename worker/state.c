@@ -579,10 +579,16 @@ static void ignore_cb(redisAsyncContext *ac, void *reply, void *privdata) {
 
 static void reconnect_cb(uv_timer_t *t) { connect_now(t->data); }
 
+/* Doubling from 100 ms up to 1 s: every job waits while Redis is away, so
+ * a worker should see it back within a second (a 5 s cap kept a worker
+ * off a restarted Redis for up to 5 s more, its jobs waiting); a Redis
+ * still down costs a refused connect a second. */
+#define STATE_RECONNECT_MAX_MS 1000
+
 static void schedule_reconnect(state *st) {
     if (st->closing) return;
     st->backoff_ms = st->backoff_ms ? st->backoff_ms * 2 : 100;
-    if (st->backoff_ms > 5000) st->backoff_ms = 5000;
+    if (st->backoff_ms > STATE_RECONNECT_MAX_MS) st->backoff_ms = STATE_RECONNECT_MAX_MS;
     uv_timer_start(&st->reconnect, reconnect_cb, st->backoff_ms, 0);
 }
 

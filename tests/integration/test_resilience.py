@@ -500,7 +500,10 @@ def test_a_repair_started_before_its_attempt_was_refused_is_dropped_too(stack):
 def test_redis_restart_mid_batch(stack):
     """Redis goes away with jobs done, jobs in flight and jobs left (decided
     by the batch's progress, not by the clock): the worker survives it,
-    reconnects once Redis is back, and every job ends exactly once."""
+    reconnects once Redis is back, and every job ends exactly once.  While
+    Redis is away (7 s and more) the worker tries it at least once a
+    second: its backoff doubles from 100 ms to 1 s (a 5 s cap kept it off
+    a Redis back for seconds, every job waiting)."""
     port = free_port()
     w = stack.start_worker("--set", "llm.max_inflight=32", "--set", "metrics.port=%d" % port,
                            "--set", "metrics.host=127.0.0.1")
@@ -515,14 +518,22 @@ def test_redis_restart_mid_batch(stack):
     # the jobs in flight when Redis went away wait for it
     samples, _ = scrape_metrics(port)
     assert samples[("retort_inflight_jobs", ())] > 0, "no job in flight when Redis stopped"
+    stopped = time.time()
     stack.wait_log(w.name, "redis unavailable", timeout=20)
-    time.sleep(2)
+    time.sleep(max(2.0, stopped + 7 - time.time()))
     assert w.poll() is None, "the worker must survive Redis going away"
     stack.start_redis()
     stack._wait_redis()
     check_exactly_once(stack, ids)
     log = stack.worker_log(w.name)
     assert len(re.findall(r'"msg":"redis [0-9.:]+ connected"', log)) == 2, log[-3000:]
+    # the tries while Redis was away: a refused connect each (or a
+    # connect that never came, given up)
+    tries = [datetime.datetime.strptime(l["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+             for l in stack.log_lines(w.name) if l["msg"].startswith("redis ") and "retrying" in l["msg"]]
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    assert len(tries) >= 8, tries
+    assert max(gaps) < 2.0, gaps
     assert stack.stop_worker(w) == 0
 
 
