@@ -64,7 +64,9 @@ size_t kafka_io_max_message(const kafka_io *k);
 void kafka_io_poll(kafka_io *k);
 /* 1 while a message refused by on_message waits to be offered again. */
 int kafka_io_holding(const kafka_io *k);
-/* Stops taking messages for good (shutdown): unsubscribes fetching. */
+/* Stops taking messages for good (shutdown): pauses every partition and
+ * never resumes; the partitions stay this worker's until the consumer is
+ * closed (the group's other members get them then). */
 void kafka_io_stop_consuming(kafka_io *k);
 int kafka_io_out_queue(const kafka_io *k);
 int kafka_io_assigned(const kafka_io *k);

@@ -68,8 +68,18 @@ static int grow(part *p) {
     return 0;
 }
 
-uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset) {
+uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset, int64_t *rewound_from) {
+    if (rewound_from) *rewound_from = -1;
     part *p = find(o, partition);
+    if (p && p->count && offset <= p->offs[(p->head + p->count - 1) % p->cap]) {
+        /* Moved back: the entries in flight go stale (their completions
+         * store nothing; their messages come again after this one). */
+        if (rewound_from) *rewound_from = p->offs[(p->head + p->count - 1) % p->cap];
+        for (size_t i = 0; i < p->count; i++)
+            if (!p->done[(p->head + i) % p->cap]) o->pending--;
+        p->head = p->count = 0;
+        p->epoch = o->next_epoch++;
+    }
     if (!p) {
         p = calloc(1, sizeof(*p));
         if (!p) return 0;

@@ -16,10 +16,16 @@ typedef struct offsets offsets;
 offsets *offsets_new(void);
 void offsets_free(offsets *o); /* accepts NULL */
 
-/* Registers a received message.  Offsets of one partition must arrive in
- * increasing order (as Kafka delivers them).  Returns the partition's epoch,
- * or 0 on allocation failure. */
-uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset);
+/* Registers a received message.  Offsets of one partition arrive in
+ * increasing order, as Kafka delivers them, unless the consumer was moved
+ * back (auto.offset.reset to earliest after the log was truncated under
+ * it, a topic deleted and made again): an offset at or below one still
+ * tracked starts the partition afresh in a new epoch, as if revoked and
+ * assigned again, and *rewound_from (may be NULL; else -1 when not) gets
+ * the highest offset tracked until then.  (Appended to the old entries,
+ * it broke their order, and the partition stored no offset again until
+ * revoked.)  Returns the partition's epoch, or 0 on allocation failure. */
+uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset, int64_t *rewound_from);
 
 /* Marks a message done.  Returns 1 and sets *commit (the next offset to
  * consume, i.e. what to store) when the committable position advanced; 0

@@ -1928,7 +1928,12 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     if (w->stopping || slots_full(w) || !state_connected(w->st)) return 1;
     wjob *j = wjob_new(w, msg->partition, msg->offset, 0);
     if (!j) return 1;
-    j->epoch = offsets_add(w->offs, msg->partition, msg->offset);
+    int64_t rewound_from;
+    j->epoch = offsets_add(w->offs, msg->partition, msg->offset, &rewound_from);
+    if (rewound_from >= 0)
+        log_warn(NULL, 0, "%s[%d] moved back from offset %lld to %lld (an offset reset?): its jobs in flight "
+                 "will store no offset, and their messages come again", w->t_jobs, msg->partition,
+                 (long long)rewound_from, (long long)msg->offset);
     if (!j->epoch) {
         /* Untracked, the message's offset would be committed past it by
          * the later ones of its partition: a restart is the safe way on. */
