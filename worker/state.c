@@ -276,6 +276,8 @@ struct state {
     int port, db;
     long ttl_s;
     char sha[SCRIPT_COUNT][41];
+    /* A SCRIPT LOAD on the wire for the script: one at a time. */
+    unsigned char loading[SCRIPT_COUNT];
     state_op *queue_head, *queue_tail;  /* waiting for a connection */
     state_op *pool;                     /* finished ops kept for reuse (op_free) */
     size_t npool;
@@ -314,6 +316,7 @@ struct state {
 
 static void connect_now(state *st);
 static int op_send(state *st, state_op *op);
+static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* A finished op is kept for the next one, with its argument buffer: a
  * job's two scripts then allocate nothing (the op's calloc and its
@@ -559,6 +562,15 @@ static int op_send(state *st, state_op *op) {
     if (!st->connected || state_format_command(&st->wire, n, argv, lens) ||
         redisAsyncFormattedCommand(st->ac, reply_cb, op, st->wire.data, st->wire.len) != REDIS_OK)
         return -1;
+    /* Sent whole, the script's SHA is loaded again: the load at connect
+     * may have failed (a restarted Redis answers LOADING while it reads
+     * its files, and a worker is back within a second), or Redis lost its
+     * scripts (NOSCRIPT: SCRIPT FLUSH, a failover).  Else every call
+     * carried its script's text (1.3-3.2 KB), for the connection's life. */
+    if (!st->sha[op->script][0] && !st->loading[op->script] &&
+        redisAsyncCommand(st->ac, script_load_cb, (void *)(intptr_t)op->script, "SCRIPT LOAD %s",
+                          scripts[op->script]) == REDIS_OK)
+        st->loading[op->script] = 1;
     op->sent = 1;
     if (st->on_wire++ == 0) st->wire_since_ms = uv_now(st->loop);
     return 0;
@@ -568,8 +580,11 @@ static void script_load_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     state *st = ac->data;
     redisReply *r = reply;
     int idx = (int)(intptr_t)privdata;
-    if (st && r && r->type == REDIS_REPLY_STRING && r->len == 40)
-        memcpy(st->sha[idx], r->str, 41);
+    if (!st) return;
+    st->loading[idx] = 0;
+    /* On an error (LOADING) the script goes whole, and the next call
+     * loads it again (op_send). */
+    if (r && r->type == REDIS_REPLY_STRING && r->len == 40) memcpy(st->sha[idx], r->str, 41);
 }
 
 static void ignore_cb(redisAsyncContext *ac, void *reply, void *privdata) {
@@ -612,7 +627,8 @@ static void on_connect(const redisAsyncContext *cac, int status) {
     if (st->db) redisAsyncCommand(ac, ignore_cb, NULL, "SELECT %d", st->db);
     for (int i = 0; i < SCRIPT_COUNT; i++) {
         st->sha[i][0] = '\0';
-        redisAsyncCommand(ac, script_load_cb, (void *)(intptr_t)i, "SCRIPT LOAD %s", scripts[i]);
+        st->loading[i] = redisAsyncCommand(ac, script_load_cb, (void *)(intptr_t)i, "SCRIPT LOAD %s",
+                                           scripts[i]) == REDIS_OK;
     }
     log_info(NULL, 0, "redis %s:%d connected", st->host, st->port);
     flush_queue(st);

@@ -369,17 +369,22 @@ static long long redis_int(redisContext *c, const char *fmt, const char *key)
     return v;
 }
 
-/* EXPIREs run so far, from Redis's own count (scripts' calls included). */
-static long expires(redisContext *c)
+/* Calls of a command so far, from Redis's own count (scripts' calls
+ * included); name in lower case. */
+static long calls(redisContext *c, const char *name)
 {
     redisReply *r = redisCommand(c, "INFO commandstats");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
-    const char *p = strstr(r->str, "cmdstat_expire:calls=");
-    long n = p ? strtol(p + strlen("cmdstat_expire:calls="), NULL, 10) : 0;
+    char field[64];
+    snprintf(field, sizeof field, "cmdstat_%s:calls=", name);
+    const char *p = strstr(r->str, field);
+    long n = p ? strtol(p + strlen(field), NULL, 10) : 0;
     freeReplyObject(r);
     return n;
 }
+
+static long expires(redisContext *c) { return calls(c, "expire"); }
 
 #define assert_fresh(c, key) do { \
         long long ms_ = redis_int(c, "PTTL %s", key); \
@@ -425,6 +430,31 @@ static void test_a_fresh_ttl_is_not_set_again(void **s)
     assert_fresh(c, "t:job:{j2}");
     assert_fresh(c, "t:job:{j2}:history");
 
+    ttl_rig_done(&r);
+}
+
+/* Redis lost the scripts (SCRIPT FLUSH, a failover; or a restarted Redis
+ * answered LOADING to the loads at connect): the command that met
+ * NOSCRIPT goes whole (EVAL), and its script is loaded again, so that the
+ * next ones go by SHA.  The SHA stayed lost for the connection's life:
+ * every later call carried the script's whole text. */
+static void test_a_script_redis_lost_is_loaded_again(void **s)
+{
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 60);
+    one_job *o = &r.o;
+    assert_int_equal(begin_verdict(o, "s0", 1), STATE_GO);
+    freeReplyObject(redisCommand(r.c, "SCRIPT FLUSH"));
+    freeReplyObject(redisCommand(r.c, "CONFIG RESETSTAT"));
+    char id[16];
+    for (int i = 1; i <= 10; i++) {
+        snprintf(id, sizeof id, "s%d", i);
+        assert_int_equal(begin_verdict(o, id, 1), STATE_GO);
+    }
+    /* one whole (the answer to NOSCRIPT), perhaps one more if the load's
+     * answer came after the next call went; the rest by SHA */
+    assert_in_range(calls(r.c, "eval"), 1, 2);
+    assert_in_range(calls(r.c, "evalsha"), 9, 10);
     ttl_rig_done(&r);
 }
 
@@ -553,6 +583,7 @@ int main(void)
                                         redis_stop),
         cmocka_unit_test_setup_teardown(test_a_fresh_ttl_is_not_set_again, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_script_redis_lost_is_loaded_again, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_batch_ttl_within_one_percent_is_kept, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_commands_reused_carry_only_their_own_arguments, redis_start, redis_stop),
     };
