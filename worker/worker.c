@@ -118,7 +118,8 @@ typedef struct wjob {
     int retry_cut;           /* how hard the retry job's reflection is cut (retry_cuts) */
     char *value_text;        /* value printed: the record's and the final event's */
     size_t value_len;
-    char *rec;               /* this attempt's record, JSON text */
+    char *rec;               /* this attempt's record, JSON text: made once, sent
+                              * again as it is after an error */
     size_t rec_len;
     double rec_latency_ms;   /* its latency_ms, for the final event */
     /* what gets produced */
@@ -145,6 +146,7 @@ typedef struct wjob {
     int shadow;              /* the pred: no offset, no map entry */
     int held;                /* over, waiting for pred's report */
     int awaiting;            /* this record is sent, its answer not yet in */
+    int counted;             /* the attempt is in the metrics */
     int parked;              /* this record waits for pred's answer */
     int doomed;              /* started early by a record Redis refused: so will it */
     int delivering;          /* its outcome is with the producer and holds no job slot (slot_release) */
@@ -1088,15 +1090,20 @@ static void record_attempt(wjob *j) {
         j->parked = 1;
         return;
     }
-    w->m.attempts++;
-    metrics_observe(&w->m.job_latency, (double)(util_mono_us() - j->start_us) / 1e6);
-    const cJSON *v;
-    cJSON_ArrayForEach(v, j->violations) {
-        const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
-        if (cJSON_IsString(code)) metrics_violation(&w->m, code->valuestring);
+    /* Once, though this runs again a second after each error from Redis
+     * (LOADING, READONLY, out of memory): the attempt was counted again
+     * each time, and its record remade with the wait in its latency. */
+    if (!j->counted) {
+        j->counted = 1;
+        w->m.attempts++;
+        metrics_observe(&w->m.job_latency, (double)(util_mono_us() - j->start_us) / 1e6);
+        const cJSON *v;
+        cJSON_ArrayForEach(v, j->violations) {
+            const cJSON *code = cJSON_GetObjectItemCaseSensitive(v, "code");
+            if (cJSON_IsString(code)) metrics_violation(&w->m, code->valuestring);
+        }
     }
-    free(j->rec);
-    j->rec = attempt_record(j, &j->rec_len);
+    if (!j->rec) j->rec = attempt_record(j, &j->rec_len);
     const char *status = j->action == DECIDE_FINAL ? "final"
                          : j->action == DECIDE_RETRY ? "retrying" : "escalated";
     /* retry.local: the next attempt is claimed with the record, one write
@@ -2022,9 +2029,18 @@ static void on_redis_conn(void *ud, int connected) {
 /* This process's lease: while it holds, other workers wait for the
  * attempts it owns instead of paying for them again.  Renewed three times
  * a lease; a dead process's lapses within worker.lease_ms. */
+static void on_lease_renewed(void *ud, const state_reply *r) {
+    (void)ud;
+    /* Left to the state module, a refused renewal (READONLY, LOADING,
+     * NOAUTH) was logged as a failed delivery mark with no job id. */
+    if (r->verdict == STATE_ERROR)
+        log_warn(NULL, 0, "renewing the worker's lease failed: %s (once it lapses, other workers take "
+                 "this worker's attempts over)", r->error);
+}
+
 static void lease_renew(uv_timer_t *t) {
     worker *w = t->data;
-    if (state_lease(w->st, w->incarnation, w->lease_ms, NULL, NULL))
+    if (state_lease(w->st, w->incarnation, w->lease_ms, on_lease_renewed, w))
         log_warn(NULL, 0, "out of memory renewing the worker's lease");
 }
 

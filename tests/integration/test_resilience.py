@@ -27,6 +27,14 @@ def uid(prefix):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
 
 
+def wait_called(stack, jid, attempt=1, timeout=30):
+    """Waits until the job's attempt has reached the mock LLM."""
+    deadline = time.time() + timeout
+    while not stack.llm_stats()["calls"].get("%s:%d" % (jid, attempt)):
+        assert time.time() < deadline, "attempt %d of %s never called the LLM" % (attempt, jid)
+        time.sleep(0.05)
+
+
 def children(pid):
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -276,10 +284,7 @@ def test_an_owner_that_took_over_from_the_one_waited_for_gets_its_own_grace(stac
     time.sleep(max(0.0, t0 + 1.0 - time.time()))
     r.hset(key, "owner", "y:00000002:3")
     r.set("retort:worker:{y:00000002}", "1", px=60000)
-    deadline = time.time() + 30
-    while not stack.llm_stats()["calls"].get(jid + ":1"):
-        assert time.time() < deadline, "attempt 1 was never called"
-        time.sleep(0.1)
+    wait_called(stack, jid)
     # when the call reached the LLM
     called = stack.llm_times()[jid + ":1"][0][0] - t0
     log = stack.worker_log(w.name)
@@ -305,10 +310,7 @@ def test_a_late_outcome_of_a_run_reset_by_resubmit_is_dropped(stack):
     jid = uid("reset-late")
     key, hist = "retort:job:{%s}" % jid, "retort:job:{%s}:history" % jid
     stack.produce_jobs([job(jid, directive="latency_ms=3000")])
-    deadline = time.time() + 30
-    while not stack.llm_stats()["calls"].get(jid + ":1"):
-        assert time.time() < deadline, "the attempt never called the LLM"
-        time.sleep(0.05)
+    wait_called(stack, jid)
     r = stack.redis_client()
     # what script_reset leaves (worker/batch_submit.c)
     r.delete(key, hist)
@@ -534,6 +536,43 @@ def test_redis_restart_mid_batch(stack):
     gaps = [b - a for a, b in zip(tries, tries[1:])]
     assert len(tries) >= 8, tries
     assert max(gaps) < 2.0, gaps
+    assert stack.stop_worker(w) == 0
+
+
+def test_an_attempt_redis_refused_to_record_is_counted_once(stack):
+    """Redis refuses writes for 4 s (its maxmemory reached: OOM) while a
+    job's LLM call runs: recording the attempt fails and is sent again
+    each second until Redis takes it.  The job ends once, and its attempt
+    is counted once in the metrics (each try counted it again: 6 attempts
+    for this one), with the record as first made.  A lease
+    renewal Redis refused is logged as such (it was logged as a failed
+    delivery mark, with no job id)."""
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+    jid = uid("oom")
+    stack.produce_jobs([job(jid, directive="latency_ms=1000")])
+    wait_called(stack, jid)
+    r = stack.redis_client()
+    r.config_set("maxmemory", "1")
+    try:
+        stack.wait_log(w.name, "recording the attempt failed", count=3, timeout=20)
+        # the lease is renewed every 1.7 s (worker.lease_ms 5000)
+        stack.wait_log(w.name, "renewing the worker's lease failed", timeout=10)
+    finally:
+        r.config_set("maxmemory", "0")
+    outs = check_exactly_once(stack, [jid])
+    assert outs[0]["headers"]["ce_type"] == "retort.job.final", outs[0]
+    lines = stack.log_lines(w.name)
+    refused = [l for l in lines if l["msg"].startswith("recording the attempt failed")]
+    assert len(refused) >= 3 and all(l.get("job_id") == jid for l in refused), refused
+    assert "OOM" in refused[0]["msg"]
+    assert not [l for l in lines if "delivered outcome" in l["msg"] and not l.get("job_id")], lines[-5:]
+    s = settle_metrics(port, lambda s: s.get(("retort_jobs_total", (("outcome", "final"),))) == 1)[0]
+    assert s[("retort_attempts_total", ())] == 1
+    assert s[("retort_job_latency_seconds_count", ())] == 1
+    # the record as first made: its latency is the call's, not the wait for Redis's
+    hist = [json.loads(x) for x in r.lrange("retort:job:{%s}:history" % jid, 0, -1)]
+    assert len(hist) == 1 and hist[0]["latency_ms"] < 2500, hist
     assert stack.stop_worker(w) == 0
 
 
