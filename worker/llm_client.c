@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "util.h"
 
 /* Calls are spread over lanes, each its own curl multi handle with its own
@@ -193,7 +194,14 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         return 0;
     }
     if (!sc) {
-        if (!(sc = sock_get(c, fd))) return -1;
+        if (!(sc = sock_get(c, fd))) {
+            /* Not -1: curl marks the whole multi handle dead at -1, and
+             * every later call of the lane failed at once.  Unwatched, this
+             * call waits for its timeout; curl asks again with the next
+             * change, and the socket may be watched then. */
+            log_warn(NULL, 0, "cannot watch socket %d for the LLM client (out of memory?)", (int)fd);
+            return 0;
+        }
         sc->ln = ln;
         curl_multi_assign(ln->multi, fd, sc);
     }
@@ -287,34 +295,37 @@ static const char *header_value(CURL *easy, const char *name, int last, char *bu
     return buf;
 }
 
-/* retry-after-ms (the last one), else Retry-After (the first: seconds or
- * an HTTP date), and x-should-retry (the last), of a response that was
- * not a success.  curl keeps every response's headers for
- * curl_easy_header, so they are read here, when wanted, rather than
- * through a callback for every header line of every answer.  Only the
- * last response counts (a redirect's or a 100-continue's do not). */
+/* retry-after-ms (the last one), else Retry-After (the first), and
+ * x-should-retry (the last), of a response that was not a success.  curl
+ * keeps every response's headers for curl_easy_header, so they are read
+ * here, when wanted, rather than through a callback for every header line
+ * of every answer.  Only the last response counts (a redirect's or a
+ * 100-continue's do not). */
 #define RETRY_AFTER_MAX_MS 86400000LL /* a day; llm.backoff_max_ms caps it further */
 
+long llm_client_retry_after(const char *ms, const char *retry_after, int64_t now_ms) {
+    char *end;
+    if (ms) {
+        double v = strtod(ms, &end);
+        /* clamped before the cast: a server's "1e300" or "inf" is a day.
+         * Not a number (empty, "abc"): Retry-After says, as if absent
+         * (strtod's 0 had waived a Retry-After's pause). */
+        if (end != ms && *end == '\0' && v >= 0) return (long)util_clamp_ll(v, 0, RETRY_AFTER_MAX_MS);
+    }
+    if (!retry_after) return -1;
+    double secs = strtod(retry_after, &end);
+    if (end != retry_after && *end == '\0')
+        return secs >= 0 ? (long)util_clamp_ll(secs * 1000, 0, RETRY_AFTER_MAX_MS) : -1;
+    time_t when = curl_getdate(retry_after, NULL);
+    if (when <= 0) return -1;
+    return (long)util_clamp_ll((double)((int64_t)when * 1000 - now_ms), 0, RETRY_AFTER_MAX_MS);
+}
+
 static void read_retry_headers(CURL *easy, llm_call *call) {
-    char v[256];
-    if (header_value(easy, "retry-after-ms", 1, v, sizeof(v))) {
-        double ms = strtod(v, NULL);
-        /* clamped before the cast: a server's "1e300" or "inf" is a day */
-        if (ms >= 0) call->retry_after_ms = (long)util_clamp_ll(ms, 0, RETRY_AFTER_MAX_MS);
-    }
-    if (call->retry_after_ms < 0 && header_value(easy, "retry-after", 0, v, sizeof(v))) {
-        char *end;
-        double secs = strtod(v, &end);
-        if (end != v && *end == '\0') {
-            if (secs >= 0) call->retry_after_ms = (long)util_clamp_ll(secs * 1000, 0, RETRY_AFTER_MAX_MS);
-        } else {
-            time_t when = curl_getdate(v, NULL);
-            if (when > 0) {
-                long ms = (long)((int64_t)when * 1000 - util_wall_ms());
-                call->retry_after_ms = ms > 0 ? ms : 0;
-            }
-        }
-    }
+    char ms[256], ra[256], v[256];
+    call->retry_after_ms = llm_client_retry_after(header_value(easy, "retry-after-ms", 1, ms, sizeof(ms)),
+                                                  header_value(easy, "retry-after", 0, ra, sizeof(ra)),
+                                                  util_wall_ms());
     if (header_value(easy, "x-should-retry", 1, v, sizeof(v)))
         call->should_retry = !strcasecmp(v, "true") ? 1 : !strcasecmp(v, "false") ? 0 : -1;
 }

@@ -5,6 +5,7 @@
 #define RETORT_LLM_CLIENT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "decide.h"
@@ -54,5 +55,12 @@ int llm_client_submit(llm_client *c, const char *job_id, int attempt, char *body
 /* Stops a call in flight; its callback is not called. */
 void llm_client_cancel(llm_client *c, llm_call *call);
 size_t llm_client_inflight(const llm_client *c);
+
+/* The wait in ms a response asks for, from its retry-after-ms and
+ * Retry-After values (borrowed; NULL when absent): retry-after-ms when it
+ * is a number of ms, else Retry-After, in seconds or an HTTP date (now_ms:
+ * the wall clock, ms since the epoch; a date past is 0).  At most a day;
+ * -1 when neither says. */
+long llm_client_retry_after(const char *ms, const char *retry_after, int64_t now_ms);
 
 #endif
