@@ -262,10 +262,12 @@ static const char *get_str(const cJSON *obj, const char *name) {
 }
 
 /* A count of the answer's, capped (a server may send 4e19; the fuzzer
- * did), and no token count comes near 1e15. */
+ * did), and no token count comes near 1e15; one below 0 (a faulty server)
+ * is 0: taken as sent, it wrapped the metrics' token counters and gave
+ * tokens back to the shared rate limiter. */
 static long get_long(const cJSON *obj, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
-    return cJSON_IsNumber(v) ? (long)util_clamp_ll(v->valuedouble, -1000000000000000LL, 1000000000000000LL) : 0;
+    return cJSON_IsNumber(v) ? (long)util_clamp_ll(v->valuedouble, 0, 1000000000000000LL) : 0;
 }
 
 static int contains_ci(const char *hay, const char *needle) {
@@ -732,8 +734,8 @@ static int oa_first_choice(oa_scan *s, size_t i) {
     return oa_value(s);
 }
 
-/* A token count: a plain integer, or anything but a number (counted 0,
- * as get_long does); other numbers are left to cJSON. */
+/* A token count: a plain integer (below 0: 0), or anything but a number
+ * (counted 0), as get_long reads them; other numbers are left to cJSON. */
 static int oa_take_count(oa_scan *s, long *dst, int *seen) {
     if (*seen || s->p >= s->end || !(*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
         *seen = 1;
@@ -742,6 +744,7 @@ static int oa_take_count(oa_scan *s, long *dst, int *seen) {
     *seen = 1;
     int small;
     if (oa_number(s, dst, &small) || !small) return -1;
+    if (*dst < 0) *dst = 0;
     return 0;
 }
 

@@ -670,8 +670,23 @@ static void test_openai_scan(void **s) {
     const char *huge = "{\"usage\":{\"prompt_tokens\":4e19,\"completion_tokens\":-1e300},"
                        "\"choices\":[{\"message\":{\"content\":\"A\"}}]}";
     llm_api_parse(LLM_PROVIDER_OPENAI, 200, huge, strlen(huge), &r);
-    assert_true(r.prompt_tokens == 1000000000000000L && r.completion_tokens == -1000000000000000L);
+    assert_true(r.prompt_tokens == 1000000000000000L && r.completion_tokens == 0);
     llm_api_result_clear(&r);
+    /* a count below 0 (a faulty server) is 0, by the scanner as by cJSON:
+     * taken as sent, -5 wrapped the token counters of the metrics */
+    const char *negative = "{\"usage\":{\"prompt_tokens\":-5,\"completion_tokens\":-0},"
+                           "\"choices\":[{\"message\":{\"content\":\"A\"}}]}";
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_OPENAI, negative, strlen(negative), &r), 0);
+    assert_true(r.prompt_tokens == 0 && r.completion_tokens == 0);
+    llm_api_result_clear(&r);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens\":-5,\"completion_tokens\":-1.5},\"choices\":[]}", 0);
+    const char *neg_a = "{\"content\":[{\"type\":\"text\",\"text\":\"A\"}],\"usage\":{\"input_tokens\":-7,"
+                        "\"output_tokens\":-2,\"cache_read_input_tokens\":3}}";
+    assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, neg_a, strlen(neg_a), &r), 0);
+    assert_true(r.prompt_tokens == 3 && r.completion_tokens == 0);
+    llm_api_result_clear(&r);
+    CHECK_SCAN_ANTHROPIC("{\"content\":[{\"type\":\"text\",\"text\":\"A\"}],\"usage\":{\"input_tokens\":-7,"
+                         "\"output_tokens\":-2,\"cache_read_input_tokens\":3}}", 1);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\ud800b\"}}]}", 0);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\udc00b\"}}]}", 0);
     CHECK_SCAN("{\"choices\":[{\"message\":{\"content\":\"a\\u0000b\"}}]}", 0);
