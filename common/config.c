@@ -476,6 +476,25 @@ static void dump_url(FILE *out, const char *v, int mask) {
     if (*rest == '#') fputs("#" MASK, out);
 }
 
+const char *config_get_masked(const config *cfg, const char *key, char *buf, size_t len) {
+    const char *v = config_get(cfg, key);
+    if (!len) return buf;
+    buf[0] = '\0';
+    if (!v) return buf;
+    int mask = v[0] ? dump_mask(key) : CFG_MASK_NONE;
+    FILE *f = fmemopen(buf, len, "w");
+    if (!f) {
+        snprintf(buf, len, "%s", mask == CFG_MASK_NONE ? v : MASK);
+        return buf;
+    }
+    if (mask == CFG_MASK_NONE) fputs(v, f);
+    else if (mask == CFG_MASK_ALL) fputs(MASK, f);
+    else dump_url(f, v, mask);
+    fclose(f);
+    buf[len - 1] = '\0';
+    return buf;
+}
+
 void config_dump(const config *cfg, FILE *out) {
     fputs("# " MASK " stands for what is masked: passwords, URL credentials, queries and a webhook\n"
           "# URL's path, and every kafka.* value but those of properties known to hold no secret\n", out);

@@ -43,5 +43,8 @@ void config_print_help(FILE *out);
  * kafka.* value but those of librdkafka properties known to hold no secret
  * (config.c kafka_clear).  Empty values show as they are. */
 void config_dump(const config *cfg, FILE *out);
+/* key's value as config_dump shows it, secrets masked, into buf (cut at
+ * len bytes); returns buf.  For logs: llm.base_url may hold a key. */
+const char *config_get_masked(const config *cfg, const char *key, char *buf, size_t len);
 
 #endif

@@ -2472,9 +2472,10 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->gate_timer.data = w;
     uv_timer_init(w->loop, &w->resume_timer);
     w->resume_timer.data = w;
+    char url[512];
     log_info(NULL, 0, "worker %s: consuming %s (group %s), llm %s %s, at most %zu calls and %zu jobs in flight", w->id,
              w->t_jobs, config_get(cfg, "kafka.group.id"), config_get(cfg, "llm.provider"),
-             config_get(cfg, "llm.base_url"), w->max_inflight, w->max_jobs);
+             config_get_masked(cfg, "llm.base_url", url, sizeof(url)), w->max_inflight, w->max_jobs);
 
     uv_prepare_init(w->loop, &w->log_prep);
     uv_prepare_start(&w->log_prep, log_prep_cb);

@@ -66,6 +66,21 @@ def check_headers(envelopes, msg, ce_type, job_id):
     assert h["ce_subject"] == job_id
 
 
+def test_credentials_in_the_llm_url_are_not_logged(stack):
+    """llm.base_url may carry credentials (a user and password, a key in
+    the query): the worker's start-up line shows it masked, as
+    --print-config does.  It was logged whole, at every start."""
+    url = stack.llm_url.replace("http://", "http://retort:s3cret-pw@") + "/v1"
+    w = stack.start_worker("--set", "llm.base_url=" + url)
+    jid = uid("cred")
+    stack.produce_jobs([job(jid)])
+    stack.wait_outcomes([jid])
+    assert stack.stop_worker(w) == 0
+    log = stack.worker_log(w.name)
+    assert "s3cret-pw" not in log
+    assert "http://********@127.0.0.1" in log
+
+
 # The mock answers 401 to a call without this key (Authorization: Bearer),
 # the key start_worker gives every worker (OPENAI_API_KEY).
 @pytest.mark.llm_args("--api-key", "sk-test-secret")

@@ -197,6 +197,13 @@ static void test_secret_masked(void **s) {
     assert_non_null(strstr(buf, "\nkafka.sasl.oauthbearer.token.endpoint.url=********\n"));
     assert_non_null(strstr(buf, "\nllm.ca_file=\n"));
     assert_non_null(strstr(buf, "\nredis.host=127.0.0.1\n"));
+    /* one value as the dump shows it (for the logs), cut to the buffer */
+    char one[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_string_equal(config_get_masked(c, cases[i].key, one, sizeof(one)), cases[i].shown);
+    char small[12];
+    assert_string_equal(config_get_masked(c, "llm.base_url", small, sizeof(small)), "https://***");
+    assert_string_equal(config_get_masked(c, "no.such.key", one, sizeof(one)), "");
     free(buf);
     config_free(c);
 }
