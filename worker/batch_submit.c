@@ -15,6 +15,7 @@
 #include "batch_producer.h"
 #include "batch_tally.h"
 #include "batch_util.h"
+#include "job.h"
 #include "jsonin.h"
 #include "jsonout.h"
 #include "schema.h"
@@ -269,6 +270,14 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
         cJSON_Delete(doc);
         return 0;
     }
+    /* refused as the worker refuses it (job.c): a second batch_id or
+     * job_id had taken the job out of its batch */
+    const char *dup = job_duplicate_member(doc);
+    if (dup) {
+        line_error(sc, line, "member \"%s\" appears more than once", dup);
+        cJSON_Delete(doc);
+        return 0;
+    }
     const cJSON *jid = cJSON_GetObjectItemCaseSensitive(doc, "job_id");
     if (!jid || cJSON_IsNull(jid)) {
         snprintf(idbuf, sizeof(idbuf), "%s-%06ld", sc->batch, line);
@@ -300,12 +309,22 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
         return 0;
     }
     schema_violations_clear(&v);
+    /* The envelope's pattern lets 2026-02-30 by; the worker's reading
+     * does not (job.c), and a dead letter never completes its batch. */
+    const cJSON *dl = cJSON_GetObjectItemCaseSensitive(doc, "deadline");
+    int64_t dl_ms;
+    char why[256];
+    if (cJSON_IsString(dl) && util_parse_rfc3339(dl->valuestring, &dl_ms, why, sizeof(why))) {
+        line_error(sc, line, "job %s is not a valid job: /deadline: '%s' is not an RFC 3339 date-time: %s", idbuf,
+                   dl->valuestring, why);
+        cJSON_Delete(doc);
+        return 0;
+    }
     char *json = jsonout_print(doc);
     cJSON_Delete(doc);
     if (!json) goto oom;
     /* The producer would refuse it (after the jobs before it went out),
      * and the batch could never complete. */
-    char why[256];
     if (job_fits(idbuf, strlen(json), sc->max_bytes, why, sizeof(why))) {
         line_error(sc, line, "job %s is %s", idbuf, why);
         free(json);

@@ -21,6 +21,14 @@ static long long num_in(const cJSON *v, long long bound, long long def) {
     return cJSON_IsNumber(v) ? util_clamp_ll(v->valuedouble, -bound, bound) : def;
 }
 
+const char *job_duplicate_member(const cJSON *doc) {
+    if (!cJSON_IsObject(doc)) return NULL;
+    for (const cJSON *a = doc->child; a; a = a->next)
+        for (const cJSON *b = a->next; a->string && b; b = b->next)
+            if (b->string && !strcmp(a->string, b->string)) return a->string;
+    return NULL;
+}
+
 int job_parse(const char *value, size_t len, const schema *envelope, int default_max_attempts,
               int max_attempts_ceiling, job *out, cJSON **violations, char *job_id_out,
               size_t job_id_len, char *err, size_t errlen) {
@@ -55,8 +63,16 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
                      ": ", sv.items[0].message);
         else
             snprintf(err, errlen, "not a valid job");
+        util_utf8_cut_end(err); /* a long member name may be cut in a character */
         *violations = schema_violations_to_json(&sv);
         schema_violations_clear(&sv);
+        jsonin_free(doc);
+        return -1;
+    }
+    const char *dup = job_duplicate_member(doc);
+    if (dup) {
+        snprintf(err, errlen, "not a valid job: member \"%s\" appears more than once", dup);
+        util_utf8_cut_end(err);
         jsonin_free(doc);
         return -1;
     }

@@ -37,6 +37,13 @@ int job_parse(const char *value, size_t len, const schema *envelope, int default
               size_t job_id_len, char *err, size_t errlen);
 void job_clear(job *j);
 
+/* The name of a member of the job object doc (borrowed) that appears more
+ * than once, NULL when none does.  A job with one is refused (job_parse,
+ * retort submit): readers disagree on which copy counts (Retort's the
+ * first, Python's the last), and a retry job replaced only the first
+ * "attempt", so the next one read the old number again. */
+const char *job_duplicate_member(const cJSON *doc);
+
 /* The conversation for the model: a system instruction (with the schema
  * text unless the API carries it: schema_text NULL), the job's messages or
  * prompt, then, on a retry, the previous output as the assistant's turn and

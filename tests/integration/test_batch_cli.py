@@ -236,11 +236,22 @@ def test_invalid_jobs_are_refused(stack):
         f.write(json.dumps({"job_id": "a", "schema": "product.v1", "prompt": "y"}) + "\n")
         f.write(json.dumps({"schema": "product.v1"}) + "\n")              # neither prompt nor messages
         f.write(json.dumps({"job_id": "x y", "schema": "product.v1", "prompt": "z"}) + "\n")
+        # a second batch_id took the job to another batch, which then
+        # never completed; a second job_id ran the job under another id
+        f.write('{"job_id": "d1", "schema": "product.v1", "prompt": "x", "batch_id": "x", "batch_id": "y"}\n')
+        f.write('{"job_id": null, "schema": "product.v1", "prompt": "x", "job_id": "zz"}\n')
+        # the pattern lets it by, the worker's reading does not: a dead letter
+        f.write(json.dumps({"job_id": "d3", "schema": "product.v1", "prompt": "x",
+                            "deadline": "2026-02-30T00:00:00Z"}) + "\n")
     p = retort(stack, "submit", path)
     assert p.returncode == 2
     assert "%s:2: job_id a repeats line 1" % path in p.stderr
     assert "%s:3: job " % path in p.stderr and "not a valid job" in p.stderr
     assert "%s:4: job_id must be" % path in p.stderr
+    assert '%s:5: member "batch_id" appears more than once' % path in p.stderr
+    assert '%s:6: member "job_id" appears more than once' % path in p.stderr
+    assert ("%s:7: job d3 is not a valid job: /deadline: '2026-02-30T00:00:00Z' is not an RFC 3339 date-time"
+            % path) in p.stderr
     assert stack.consume("retort.jobs") == []
 
 

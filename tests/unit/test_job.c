@@ -11,16 +11,27 @@
 #include "job.h"
 #include "util.h"
 
-static schema *envelope(void)
+static schema *compile(const char *text)
 {
-    cJSON *doc = cJSON_Parse("{\"type\":\"object\",\"required\":[\"job_id\",\"schema\"],"
-                             "\"properties\":{\"job_id\":{\"type\":\"string\",\"minLength\":1},"
-                             "\"attempt\":{\"type\":\"integer\",\"minimum\":1}}}");
+    cJSON *doc = cJSON_Parse(text);
     char err[256];
     schema *s = schema_compile(NULL, doc, NULL, err, sizeof err);
     cJSON_Delete(doc);
     assert_non_null(s);
     return s;
+}
+
+static schema *envelope(void)
+{
+    return compile("{\"type\":\"object\",\"required\":[\"job_id\",\"schema\"],"
+                   "\"properties\":{\"job_id\":{\"type\":\"string\",\"minLength\":1},"
+                   "\"attempt\":{\"type\":\"integer\",\"minimum\":1}}}");
+}
+
+/* One that refuses members it does not name: its message names them. */
+static schema *strict_envelope(void)
+{
+    return compile("{\"type\":\"object\",\"properties\":{\"job_id\":{},\"schema\":{}},\"additionalProperties\":false}");
 }
 
 /* rc of job_parse on text; err and the job id read into the buffers */
@@ -59,16 +70,16 @@ static void test_valid(void **s)
 }
 
 /* Every member the job is read from, by its exact name, among names that
- * share a first letter or a prefix with them; the first of a name counts
- * (as a lookup by name finds it); the defaults when a member is absent or
- * of another type. */
+ * share a first letter or a prefix with them (a name twice is refused:
+ * test_rejected); the defaults when a member is absent or of another
+ * type. */
 static void test_members(void **s)
 {
     (void)s;
     schema *env = envelope();
     job j;
     char err[256] = "", id[64];
-    const char *text = "{\"mod\":\"no\",\"models\":\"no\",\"model\":\"m-1\",\"model\":\"m-2\",\"job_id\":\"j\","
+    const char *text = "{\"mod\":\"no\",\"models\":\"no\",\"model\":\"m-1\",\"modelx\":\"m-2\",\"job_id\":\"j\","
                        "\"schema\":{\"type\":\"object\"},\"runs\":7,\"run\":3,\"attempts\":9,\"attempt\":2,"
                        "\"max_attempt\":1,\"max_attempts\":5,\"meta\":1,\"metadata\":{\"a\":1},\"param\":0,"
                        "\"params\":{\"temperature\":0},\"reflect\":0,\"reflection\":{\"violations\":[]},"
@@ -143,9 +154,34 @@ static void test_rejected(void **s)
         { "{\"job_id\":\"a\",\"schema\":\"x\",\"deadline\":\"2026-01-01T00:00:00+99:99\"}",
           "not a valid job: /deadline: '2026-01-01T00:00:00+99:99' is not an RFC 3339 date-time: "
           "offset +99:99 is out of range" },
+        /* readers disagree on which copy counts, and a retry job replaced
+         * only the first attempt: the next read the old number again */
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"attempt\":1,\"attempt\":1}",
+          "not a valid job: member \"attempt\" appears more than once" },
+        { "{\"job_id\":\"a\",\"batch_id\":\"b1\",\"schema\":\"x\",\"batch_id\":\"b2\"}",
+          "not a valid job: member \"batch_id\" appears more than once" },
+        { "{\"job_id\":\"a\",\"schema\":\"x\",\"prompt\":\"p\",\"metadata\":{},\"prompt\":\"q\"}",
+          "not a valid job: member \"prompt\" appears more than once" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_rejected(env, bad[i].text, bad[i].err);
+    /* duplicates deeper down are the schema's business */
+    job j;
+    char err[256], id[64];
+    assert_int_equal(parse(env, "{\"job_id\":\"a\",\"schema\":\"x\",\"metadata\":{\"k\":1,\"k\":2}}", &j, err,
+                           sizeof err, id, sizeof id), 0);
+    job_clear(&j);
+    /* the reason cut at the buffer's end stays UTF-8: the dead letter
+     * carries it, and an event must be UTF-8 */
+    schema *strict = strict_envelope();
+    char text[1024] = "{\"job_id\":\"a\",\"schema\":\"x\",\"";
+    for (int i = 0; i < 150; i++) strcat(text, "\xc3\xa9");
+    strcat(text, "\":1}");
+    for (size_t len = 40; len < 120; len++) {
+        assert_int_equal(parse(strict, text, &j, err, len, id, sizeof id), -1);
+        if (!util_utf8_valid(err, strlen(err))) fail_msg("not UTF-8 at %zu: %s", len, err);
+    }
+    schema_free(strict);
     schema_free(env);
 }
 
