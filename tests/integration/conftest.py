@@ -36,6 +36,17 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + rep.when, rep)
 
 
+def _unique(path, pairs):
+    """A JSON object's members, refusing a name twice: readers disagree on
+    which copy counts (Retort's validator the first, Python's the last),
+    so a schema with one says two things."""
+    names = [k for k, _ in pairs]
+    twice = sorted({k for k in names if names.count(k) > 1})
+    if twice:
+        raise ValueError("%s: member %s appears more than once" % (path, ", ".join(map(repr, twice))))
+    return dict(pairs)
+
+
 class Envelopes:
     """Validates events against the JSON Schemas in schemas/ with an
     independent implementation (python3-jsonschema)."""
@@ -46,7 +57,7 @@ class Envelopes:
         self.store = {}
         for path in glob.glob(os.path.join(REPO, "schemas", "**", "*.json"), recursive=True):
             with open(path) as f:
-                doc = json.load(f)
+                doc = json.load(f, object_pairs_hook=lambda pairs: _unique(path, pairs))
             self.store[doc.get("$id", BASE + os.path.relpath(path, os.path.join(REPO, "schemas")))] = doc
 
     def validate(self, name, instance):
