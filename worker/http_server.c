@@ -34,6 +34,8 @@ struct http_server {
     int closing;
 };
 
+static void listener_closed(uv_handle_t *h);
+
 static void conn_closed(uv_handle_t *h) {
     conn *c = h->data;
     http_server *s = c->srv;
@@ -69,12 +71,15 @@ static const char *reason(int status) {
     return "Error";
 }
 
-static void respond(conn *c, int status, const char *ctype, const char *body, size_t len) {
+/* head: the headers alone, Content-Length that of the body a GET gets
+ * (a HEAD answer has no body: a client reading one took the body for the
+ * next answer). */
+static void respond(conn *c, int status, const char *ctype, const char *body, size_t len, int head) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     sbuf b = {0};
     sbuf_printf(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                 status, reason(status), ctype, len);
-    sbuf_append(&b, body, len);
+    if (!head) sbuf_append(&b, body, len);
     c->out = sbuf_take(&b);
     uv_buf_t buf = uv_buf_init(c->out, (unsigned)strlen(c->out));
     c->wr.data = c;
@@ -96,12 +101,12 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     c->len += (size_t)n;
     c->req[c->len] = '\0';
     if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n")) {
-        if (c->len >= REQ_MAX - 1) respond(c, 413, "text/plain", "request too large\n", 18);
+        if (c->len >= REQ_MAX - 1) respond(c, 413, "text/plain", "request too large\n", 18, 0);
         return;
     }
     char method[16], path[1024];
     if (sscanf(c->req, "%15s %1023s", method, path) != 2) {
-        respond(c, 400, "text/plain", "bad request\n", 12);
+        respond(c, 400, "text/plain", "bad request\n", 12, 0);
         return;
     }
     char *q = strchr(path, '?');
@@ -109,7 +114,7 @@ static void read_cb(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     sbuf body = {0};
     const char *ctype = "text/plain; charset=utf-8";
     int status = c->srv->handler(c->srv->ud, method, path, &body, &ctype);
-    respond(c, status, ctype, body.data ? body.data : "", body.len);
+    respond(c, status, ctype, body.data ? body.data : "", body.len, !strcmp(method, "HEAD"));
     sbuf_free(&body);
 }
 
@@ -162,8 +167,8 @@ http_server *http_server_new(uv_loop_t *loop, const char *host, int port, http_h
         (rc = uv_listen((uv_stream_t *)&s->listener, 128, on_connection))) {
         snprintf(err, errlen, "metrics: cannot listen on %s:%d: %s", host, port, uv_strerror(rc));
         s->closing = 1;
-        uv_close((uv_handle_t *)&s->listener, NULL);
-        /* freed by the loop's close pass: the handle lives in s */
+        /* s holds the handle: freed once the loop has closed it */
+        uv_close((uv_handle_t *)&s->listener, listener_closed);
         return NULL;
     }
     struct sockaddr_storage bound;

@@ -1,5 +1,6 @@
 """/metrics (Prometheus text format, parsed), /healthz and /readyz."""
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +22,17 @@ def test_metrics_and_health(stack):
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     wait_metrics(port, w)
     assert get(port, "/healthz") == (200, "ok\n")
+    # HEAD: the headers alone (a body after them was read as the next answer)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        c.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while True:
+            part = c.recv(4096)
+            if not part:
+                break
+            answer += part
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"\r\nContent-Length: 3\r\n" in answer, answer
+    assert answer.endswith(b"\r\n\r\n"), answer
     ids = ["m-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(12)]
     jobs = [job(j) for j in ids[:8]] + [job(j, directive="defect=wrong_type until=1") for j in ids[8:11]] + \
            [job(ids[11], directive="defect=refusal")]
@@ -101,7 +113,6 @@ def test_idle_connections_to_the_metrics_port_are_closed(stack):
     scan) left none for the LLM calls.  A request must come within 5 s,
     and past 64 open the oldest is closed to make room: a scrape still
     gets through 200 idle ones."""
-    import socket
     port = free_port()
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     wait_metrics(port, w)
