@@ -142,15 +142,25 @@ static size_t json_escape_into(char *buf, size_t len, size_t cap, const char *s)
 }
 
 /* Appends s for the text format: a newline or carriage return as \n or
- * \r (a record is one line), cut below cap on a character's boundary. */
+ * \r (a record is one line), any other control byte as \xNN (an ESC
+ * would reach the terminal, and a job id is the producer's text), cut
+ * below cap on a character's boundary. */
 static size_t text_escape_into(char *buf, size_t len, size_t cap, const char *s) {
+    static const char hex[] = "0123456789abcdef";
     size_t start = len;
     for (; *s && len + 2 < cap; s++) {
-        if (*s == '\n' || *s == '\r') {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n' || c == '\r') {
             buf[len++] = '\\';
-            buf[len++] = *s == '\n' ? 'n' : 'r';
+            buf[len++] = c == '\n' ? 'n' : 'r';
+        } else if (c < 0x20 || c == 0x7f) {
+            if (len + 4 >= cap) break;
+            buf[len++] = '\\';
+            buf[len++] = 'x';
+            buf[len++] = hex[c >> 4];
+            buf[len++] = hex[c & 15];
         } else {
-            buf[len++] = *s;
+            buf[len++] = (char)c;
         }
     }
     if (((unsigned char)*s & 0xC0) == 0x80) { /* stopped inside a character: drop its start */
@@ -217,14 +227,22 @@ void log_msg(log_level level, const char *job_id, int attempt, const char *fmt, 
         PUT("}\n");
         line[len] = '\0';
     } else {
-        char ctx[256] = "";
-        if (job_id && attempt > 0) snprintf(ctx, sizeof(ctx), " [%s#%s]", job_id, att);
-        else if (job_id) snprintf(ctx, sizeof(ctx), " [%s]", job_id);
-        util_utf8_cut_end(ctx);
         /* the prefix is short (< 400 bytes); the message is cut to leave
-         * room for the newline, which snprintf cut off a long record */
-        int n = snprintf(line, sizeof(line), "%s %-5s %s%s ", ts + 11, lname, log_worker, ctx);
-        len = text_escape_into(line, (size_t)n, sizeof(line) - 1, msg);
+         * room for the newline, which snprintf cut off a long record.  The
+         * job id is escaped as the message is: a producer's "\n" in it
+         * forged a line of its own. */
+        len = (size_t)snprintf(line, sizeof(line), "%s %-5s %s", ts + 11, lname, log_worker);
+        if (job_id) {
+            PUT(" [");
+            len = text_escape_into(line, len, len + 250, job_id);
+            if (attempt > 0) {
+                PUT("#");
+                len = put(line, len, sizeof(line), att, strlen(att));
+            }
+            PUT("]");
+        }
+        PUT(" ");
+        len = text_escape_into(line, len, sizeof(line) - 1, msg);
         line[len++] = '\n';
         line[len] = '\0';
     }

@@ -226,6 +226,23 @@ static void test_text_record_is_one_line(void **state)
     log_info(NULL, 0, "two\nlines");
     written(buf, sizeof buf);
     assert_non_null(strstr(buf, "info  t two\\nlines\n"));
+    /* a job id is the producer's text: its newline forged a line of its
+     * own, its ESC reached the terminal; so with the message's */
+    reset_stderr();
+    log_warn("x\n12:00:00.000 error forged\x1b[2J", 3, "m\x01sg\x7f");
+    size_t n = written(buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 1);
+    assert_true(n > 0 && buf[n - 1] == '\n');
+    assert_non_null(strstr(buf, " warn  t [x\\n12:00:00.000 error forged\\x1b[2J#3] m\\x01sg\\x7f\n"));
+    /* a long id is cut on a character's boundary, the message kept */
+    static char id[600];
+    fill(id, 0, "\xc3\xa9", 500);
+    reset_stderr();
+    log_warn(id, 0, "kept");
+    n = written(buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 1);
+    assert_true(util_utf8_valid(buf, n));
+    assert_non_null(strstr(buf, "] kept\n"));
     log_init(LOG_INFO, LOG_FORMAT_JSON, "t");
 }
 
