@@ -7,6 +7,9 @@
  *                              look and its wait
  *   PRELOAD_FAIL_FORKS=N       the first N fork() calls fail (EAGAIN)
  *   PRELOAD_FORK_LOG=FILE      a line per fork() call, failed or not
+ *   PRELOAD_CHILD_PAUSE_MS=N   a child sleeps N ms as it starts (a stop
+ *                              then comes before its worker is set up),
+ *                              after a "child" line in PRELOAD_FORK_LOG
  * Built by the test: cc -shared -fPIC -o X.so preload_supervisor.c -ldl */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -53,5 +56,17 @@ pid_t fork(void) {
         errno = EAGAIN;
         return -1;
     }
-    return real();
+    pid_t pid = real();
+    const char *pause = getenv("PRELOAD_CHILD_PAUSE_MS");
+    if (pid == 0 && pause) {
+        if (log) {
+            FILE *f = fopen(log, "a");
+            if (f) {
+                fprintf(f, "child %d\n", (int)getpid());
+                fclose(f);
+            }
+        }
+        usleep((useconds_t)atoi(pause) * 1000);
+    }
+    return pid;
 }

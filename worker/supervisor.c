@@ -35,12 +35,17 @@ static void supervisor_on_child(int sig) { (void)sig; }
 static pid_t supervisor_spawn(const config *cfg, const char *base_id, int slot, const sigset_t *oldmask) {
     pid_t pid = fork();
     if (pid != 0) return pid;
-    /* Child: default signal dispositions, nothing blocked; the worker
-     * installs its own. */
+    /* Child: default signal dispositions and the mask from before, but
+     * SIGTERM and SIGINT stay blocked until the worker's handlers are in
+     * (worker_run unblocks them): a stop forwarded while it set up killed
+     * it with no drain, and the supervisor's clean stop exited 1. */
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
-    sigprocmask(SIG_SETMASK, oldmask, NULL);
+    sigset_t mask = *oldmask;
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
     char id[160];
     snprintf(id, sizeof(id), "%s-%d", base_id, slot);
     log_init(LOG_INFO, LOG_FORMAT_AUTO, id);

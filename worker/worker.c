@@ -2464,6 +2464,13 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->sigterm.data = w->sigint.data = w;
     uv_signal_start(&w->sigterm, on_signal, SIGTERM);
     uv_signal_start(&w->sigint, on_signal, SIGINT);
+    /* A supervisor's worker starts with them blocked (supervisor.c): a
+     * stop that came meanwhile is taken now, by the handlers. */
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    pthread_sigmask(SIG_UNBLOCK, &stops, NULL);
     uv_timer_init(w->loop, &w->drain_timer);
     w->drain_timer.data = w;
     uv_timer_init(w->loop, &w->drain_poll);

@@ -164,3 +164,26 @@ def test_no_restart_after_a_stop_during_the_backoff(stack, shim, tmp_path):
         assert "giving up" not in sup.log()
     finally:
         sup.kill_all()
+
+
+def test_a_stop_while_the_workers_start_drains_them(stack, shim, tmp_path):
+    """A SIGTERM forwarded to workers still setting up (the shim holds each
+    for 1.5 s as it starts) killed them with no drain, and the supervisor's
+    orderly stop exited 1.  They now start with the stop blocked and take
+    it once their handlers are in: each stops as after any SIGTERM, and
+    the supervisor exits 0."""
+    forks = str(tmp_path / "forks")
+    sup = Supervisor(stack, shim, PRELOAD_CHILD_PAUSE_MS="1500", PRELOAD_FORK_LOG=forks)
+    try:
+        deadline = time.time() + 30
+        while not os.path.exists(forks) or open(forks).read().count("child") < 2:
+            assert time.time() < deadline, sup.log()[-3000:]
+            time.sleep(0.01)
+        sup.p.send_signal(signal.SIGTERM)
+        assert sup.p.wait(60) == 0, sup.log()[-3000:]
+        log = sup.log()
+        assert "killed by signal" not in log
+        assert log.count("consuming retort.jobs") == 2, log[-3000:]
+        assert log.count("signal 15: draining") == 2 and log.count("stopping: ") == 2, log[-3000:]
+    finally:
+        sup.kill_all()
