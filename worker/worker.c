@@ -347,6 +347,7 @@ static void slot_drop(wjob *j) {
 static void check_drained(worker *w);
 static void job_done(wjob *j);
 static void job_begin(wjob *j);
+static void job_abandon(wjob *j);
 static void job_setup(wjob *j);
 static void call_llm(wjob *j);
 static void produce_outcome(wjob *j);
@@ -487,11 +488,15 @@ static void job_done(wjob *j) {
     j->dups = NULL;
     if (keep) {
         /* The first parked duplicate takes this one's place in the map;
-         * the rest queue behind it. */
+         * the rest queue behind it.  Not while draining: begun, a later
+         * run's message got a claim and called the LLM, and the drain
+         * waited for it (or left it to be paid again).  They go
+         * uncommitted, and come again after the restart. */
         keep->dups = keep->dup_next;
         keep->dup_next = NULL;
         map_put(w, keep);
-        job_begin(keep);
+        if (w->stopping) job_abandon(keep);
+        else job_begin(keep);
     }
     slot_drop(j);
     wjob_free(j);

@@ -576,6 +576,27 @@ def test_an_attempt_redis_refused_to_record_is_counted_once(stack):
     assert stack.stop_worker(w) == 0
 
 
+def test_a_duplicate_parked_behind_a_job_is_not_begun_during_the_drain(stack):
+    """A message of a later run of a job in flight here waits behind it.
+    SIGTERM comes; the job in flight ends and the drain waits for nothing
+    more: the message behind it goes uncommitted (it comes again after a
+    restart).  It was begun: its claim was granted (a later run) and it
+    called the LLM in the middle of the drain."""
+    w = stack.start_worker("--set", "worker.drain_timeout_ms=20000")
+    jid = uid("drain-dup")
+    stack.produce_jobs([job(jid, directive="latency_ms=1500")])
+    wait_called(stack, jid)
+    stack.produce_jobs([job(jid, directive="latency_ms=1500", run=2)])
+    time.sleep(0.5)  # fetched, and parked behind the first (the call takes 1.5 s)
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(30) == 0, stack.worker_log(w.name)[-3000:]
+    stack.workers.remove(w)
+    finals = [m for m in stack.outcomes() if m["value"]["job_id"] == jid]
+    assert len(finals) == 1 and finals[0]["value"].get("run", 1) == 1, finals
+    assert stack.llm_stats()["calls"].get(jid + ":1") == 1
+    assert "0 jobs unfinished" in stack.worker_log(w.name)
+
+
 def test_redis_silent_mid_batch(stack):
     """Redis stops answering (SIGSTOP: the connection stays up, replies never
     come) mid-batch: the worker gives the connection up after 5 s without a
