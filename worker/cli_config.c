@@ -21,7 +21,14 @@ int cli_config_load(int argc, char **argv, config **out, int *print_config) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char *key = NULL;
-        if (!strcmp(a, "-c") || !strcmp(a, "--config")) { i++; continue; }
+        if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
+            if (!v) { /* it ran on the defaults, silently */
+                snprintf(err, sizeof(err), "%s needs a file", a);
+                goto bad;
+            }
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--print-config")) { if (print_config) *print_config = 1; continue; }
         if (!strcmp(a, "-s") || !strcmp(a, "--set")) {
             if (!v || !strchr(v, '=')) {
@@ -51,6 +58,14 @@ int cli_config_load(int argc, char **argv, config **out, int *print_config) {
         }
         if (config_set(cfg, key, v, err, sizeof(err))) goto bad;
         i++;
+    }
+    /* worker N of --processes serves metrics on metrics.port + N: past
+     * 65535 the port wrapped, and the worker listened on one at random */
+    long long mport = config_get_int(cfg, "metrics.port"), nproc = config_get_int(cfg, "worker.processes");
+    if (mport > 0 && mport + nproc - 1 > 65535) {
+        snprintf(err, sizeof(err), "metrics.port %lld with %lld processes (port + N for worker N) goes past 65535",
+                 mport, nproc);
+        goto bad;
     }
     *out = cfg;
     return 0;

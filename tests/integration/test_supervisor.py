@@ -187,3 +187,15 @@ def test_a_stop_while_the_workers_start_drains_them(stack, shim, tmp_path):
         assert log.count("signal 15: draining") == 2 and log.count("stopping: ") == 2, log[-3000:]
     finally:
         sup.kill_all()
+
+
+def test_worker_usage_errors(stack):
+    """A -c with no file ran on the defaults, silently; worker N of
+    --processes serves metrics on metrics.port + N, which past 65535
+    wrapped to a port at random.  Both are usage errors now."""
+    cases = [(["-c"], "-c needs a file"),
+             (["-c", stack.config_path, "--processes", "2", "--set", "metrics.port=65535"],
+              "metrics.port 65535 with 2 processes (port + N for worker N) goes past 65535")]
+    for args, msg in cases:
+        p = subprocess.run([RETORT, "worker"] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and msg in p.stderr, (args, p.returncode, p.stderr)
