@@ -299,7 +299,7 @@ typedef struct results_ctx {
 
 static int results_build(redisContext *c, size_t i, void *ud) {
     results_ctx *rc = ud;
-    char jkey[512], hkey[512];
+    char jkey[BATCH_KEY_MAX], hkey[BATCH_KEY_MAX];
     batch_util_key_job(rc->cfg, rc->ids->ids[i], jkey, sizeof(jkey));
     batch_util_key_history(rc->cfg, rc->ids->ids[i], hkey, sizeof(hkey));
     if (redisAppendCommand(c, "HMGET %s status attempt batch_id", jkey) != REDIS_OK) return -1;

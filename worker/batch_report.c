@@ -44,7 +44,7 @@ static int tally_bad(report *rp, int rc) {
 
 static int report_build(redisContext *c, size_t i, void *ud) {
     report *rp = ud;
-    char jkey[512], hkey[512];
+    char jkey[BATCH_KEY_MAX], hkey[BATCH_KEY_MAX];
     batch_util_key_job(rp->cfg, rp->ids->ids[i], jkey, sizeof(jkey));
     batch_util_key_history(rp->cfg, rp->ids->ids[i], hkey, sizeof(hkey));
     if (redisAppendCommand(c, "HMGET %s status batch_id", jkey) != REDIS_OK) return -1;

@@ -43,10 +43,13 @@ static const char resubmit_usage[] =
 /* ---- shared ------------------------------------------------------------- */
 
 /* A job id or batch id also names Redis keys hash-tagged by it: no white
- * space or braces (job.schema.json says the same). */
-static int id_ok(const char *s, size_t max) {
-    size_t n = strlen(s);
-    if (n == 0 || n > max) return 0;
+ * space or braces (job.schema.json says the same), and at most max
+ * characters, as the schema counts them (200 of é took 400 bytes, and
+ * were refused as too long). */
+static int id_ok(const char *s, size_t max, size_t max_bytes) {
+    size_t n = 0;
+    for (const char *p = s; *p; p++) n += ((unsigned char)*p & 0xC0) != 0x80;
+    if (n == 0 || n > max || strlen(s) > max_bytes) return 0;
     for (; *s; s++)
         if (isspace((unsigned char)*s) || *s == '{' || *s == '}') return 0;
     return 1;
@@ -264,7 +267,7 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
                    at + 1);
         return 0;
     }
-    char idbuf[256];
+    char idbuf[BATCH_KEY_MAX];
     if (!doc || !cJSON_IsObject(doc)) {
         line_error(sc, line, "not a JSON object%s", doc ? "" : " (not JSON)");
         cJSON_Delete(doc);
@@ -283,7 +286,7 @@ static int submit_line(submit_ctx *sc, char *text, size_t len, long line) {
         snprintf(idbuf, sizeof(idbuf), "%s-%06ld", sc->batch, line);
         cJSON_DeleteItemFromObjectCaseSensitive(doc, "job_id");
         cJSON_AddStringToObject(doc, "job_id", idbuf);
-    } else if (!cJSON_IsString(jid) || !id_ok(jid->valuestring, 200)) {
+    } else if (!cJSON_IsString(jid) || !id_ok(jid->valuestring, 200, 800)) {
         line_error(sc, line, "job_id must be a string of 1 to 200 characters without white space or braces");
         cJSON_Delete(doc);
         return 0;
@@ -407,7 +410,7 @@ typedef struct claim_ctx {
 
 static int claim_build(redisContext *c, size_t i, void *ud) {
     claim_ctx *cc = ud;
-    char key[512];
+    char key[BATCH_KEY_MAX];
     batch_util_key_job(cc->cfg, cc->jobs->items[i].id, key, sizeof(key));
     return redisAppendCommand(c, "EVAL %s 1 %s %s %lld", cc->script, key, cc->batch,
                               config_get_int(cc->cfg, "redis.ttl_s")) == REDIS_OK
@@ -446,7 +449,7 @@ static int claim_reply(size_t i, redisReply **r, void *ud, char *err, size_t err
 
 static int unclaim_build(redisContext *c, size_t i, void *ud) {
     claim_ctx *cc = ud;
-    char key[512];
+    char key[BATCH_KEY_MAX];
     batch_util_key_job(cc->cfg, cc->jobs->items[i].id, key, sizeof(key));
     return redisAppendCommand(c, "EVAL %s 1 %s %s", script_unclaim, key, cc->batch) == REDIS_OK ? 0 : -1;
 }
@@ -685,8 +688,9 @@ int batch_submit_main(int argc, char **argv) {
     sc.cfg = cfg;
     sc.file = pos[0];
     if (opts[0].value) {
-        if (!id_ok(opts[0].value, BATCH_ID_MAX)) {
-            fprintf(stderr, "retort submit: --batch: 1 to %d characters without white space or braces\n",
+        /* bytes: it names the batch's keys and the ids made of it */
+        if (!id_ok(opts[0].value, BATCH_ID_MAX, BATCH_ID_MAX)) {
+            fprintf(stderr, "retort submit: --batch: 1 to %d bytes without white space or braces\n",
                     BATCH_ID_MAX);
             goto done;
         }
@@ -885,7 +889,7 @@ typedef struct resub_ctx {
 
 static int scan_build(redisContext *c, size_t i, void *ud) {
     resub_ctx *rc = ud;
-    char key[512];
+    char key[BATCH_KEY_MAX];
     batch_util_key_job(rc->cfg, rc->ids->ids[i], key, sizeof(key));
     if (redisAppendCommand(c, "HMGET %s status batch_id run", key) != REDIS_OK) return -1;
     return redisAppendCommand(c, "HGET %s %s", rc->input_key, rc->ids->ids[i]) == REDIS_OK ? 0 : -1;
@@ -952,7 +956,7 @@ static int scan_reply(size_t i, redisReply **r, void *ud, char *err, size_t errl
 
 static int reset_build(redisContext *c, size_t i, void *ud) {
     resub_ctx *rc = ud;
-    char jkey[512], hkey[512];
+    char jkey[BATCH_KEY_MAX], hkey[BATCH_KEY_MAX];
     const char *id = rc->jobs.items[i].id;
     batch_util_key_job(rc->cfg, id, jkey, sizeof(jkey));
     batch_util_key_history(rc->cfg, id, hkey, sizeof(hkey));

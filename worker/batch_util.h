@@ -36,6 +36,10 @@
 #define BATCH_EXIT_NO 1     /* the answer is negative: unknown batch, jobs not finished */
 #define BATCH_EXIT_USAGE 2  /* usage, input, configuration or connection error */
 
+/* Room for a job's Redis key: the prefix, and a job id of 200 characters
+ * (up to 800 bytes) in its hash tag, with a suffix. */
+#define BATCH_KEY_MAX 1280
+
 /* One option of a command.  name: "--interval"; alias: "-o" or NULL. */
 typedef struct batch_opt {
     const char *name;

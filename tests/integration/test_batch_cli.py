@@ -1111,3 +1111,22 @@ def test_readers_skip_another_batchs_jobs(stack):
     p = retort(stack, "resubmit", "owner", "--escalated")
     assert p.returncode == 0, p.stderr
     assert r.hget("retort:job:{re-1}", "batch_id") == "owner"
+
+
+def test_job_ids_are_counted_in_characters(stack):
+    """The envelope allows a job_id of 200 characters; submit counted bytes,
+    and refused 200 of "é" (400 bytes) as too long."""
+    ok, long_id = "\u00e9" * 200, "\u00e9" * 201
+    path = os.path.join(stack.dir, "ids.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"job_id": long_id, "schema": "product.v1", "prompt": "x"}, ensure_ascii=False) + "\n")
+    p = retort(stack, "submit", path)
+    assert p.returncode == 2 and "%s:1: job_id must be a string of 1 to 200 characters" % path in p.stderr, p.stderr
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"job_id": ok, "schema": "product.v1", "prompt": "x"}, ensure_ascii=False) + "\n")
+    batch, n = submit(stack, path)
+    assert n == 1
+    (m,) = stack.consume("retort.jobs")
+    assert m["key"] == ok and m["value"]["job_id"] == ok and m["value"]["batch_id"] == batch
+    # its claim is under its whole id
+    assert stack.redis_client().hget("retort:job:{%s}" % ok, "batch_id") == batch
