@@ -193,7 +193,10 @@ struct worker {
     uv_timer_t gate_timer;
     /* Shared rate limits: a bucket pair per endpoint and model in Redis */
     long rl_rpm, rl_tpm;       /* ratelimit.rpm / .tpm: every model's, unless set */
-    const char *rl_base;       /* llm.base_url, the endpoint */
+    /* llm.base_url, the endpoint, as its buckets' name: with its
+     * credentials, query and fragment masked (the name is a Redis key,
+     * seen by whoever reads Redis) */
+    char rl_base[768];
     rl_model *rl_models;       /* ratelimit.MODEL.rpm / .tpm */
     size_t rl_nmodels;
     int rl_on;                 /* some model has a limit */
@@ -1284,7 +1287,7 @@ static void rate_limits(const worker *w, const char *model, long *rpm, long *tpm
 /* The buckets' name: the endpoint and the model.  0 = ok, -1 if it does
  * not fit (a cut name could be another model's). */
 static int rate_key(const worker *w, const char *model, char *buf, size_t len) {
-    int n = snprintf(buf, len, "%s|%s", w->rl_base ? w->rl_base : "", model ? model : "");
+    int n = snprintf(buf, len, "%s|%s", w->rl_base, model ? model : "");
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
@@ -2352,7 +2355,7 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->token_budget = (long)config_get_int(cfg, "retry.token_budget");
     w->rl_rpm = (long)config_get_int(cfg, "ratelimit.rpm");
     w->rl_tpm = (long)config_get_int(cfg, "ratelimit.tpm");
-    w->rl_base = config_get(cfg, "llm.base_url");
+    config_get_masked(cfg, "llm.base_url", w->rl_base, sizeof(w->rl_base));
     config_foreach_prefix(cfg, "ratelimit.", rl_collect, w);
     if (w->rl_nmodels == SIZE_MAX) {
         log_error(NULL, 0, "out of memory reading the rate limits");

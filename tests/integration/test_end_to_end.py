@@ -69,9 +69,10 @@ def check_headers(envelopes, msg, ce_type, job_id):
 def test_credentials_in_the_llm_url_are_not_logged(stack):
     """llm.base_url may carry credentials (a user and password, a key in
     the query): the worker's start-up line shows it masked, as
-    --print-config does.  It was logged whole, at every start."""
+    --print-config does, and so does the name of its rate limiter's
+    buckets, a Redis key.  Both had it whole."""
     url = stack.llm_url.replace("http://", "http://retort:s3cret-pw@") + "/v1"
-    w = stack.start_worker("--set", "llm.base_url=" + url)
+    w = stack.start_worker("--set", "llm.base_url=" + url, "--set", "ratelimit.rpm=6000")
     jid = uid("cred")
     stack.produce_jobs([job(jid)])
     stack.wait_outcomes([jid])
@@ -79,6 +80,8 @@ def test_credentials_in_the_llm_url_are_not_logged(stack):
     log = stack.worker_log(w.name)
     assert "s3cret-pw" not in log
     assert "http://********@127.0.0.1" in log
+    keys = stack.redis_client().keys("retort:rate:*")
+    assert keys == ["retort:rate:{%s/v1|mock-1}" % stack.llm_url.replace("http://", "http://********@")], keys
 
 
 # The mock answers 401 to a call without this key (Authorization: Bearer),
