@@ -58,34 +58,67 @@ static int from_fence(const char *text, size_t len, cJSON **out, int *nul) {
             break;
         }
     body++;
-    size_t rest = len - (size_t)(body - text);
-    const char *close = find_str(body, rest, "```");
-    if (!close) return -1;
-    const char *after = close + 3;
-    size_t after_len = len - (size_t)(after - text);
-    if (find_str(after, after_len, "```")) return -1; /* more than one fence */
-    if (prose_lines(text, (size_t)(open - text)) > 1 || prose_lines(after, after_len) > 1)
+    /* The fence closes where the value ends: the first ``` after the
+     * opening one may be inside a string of the value (a Markdown field),
+     * and taken as the close it cut a correct answer. */
+    const char *end = NULL;
+    size_t at = 0;
+    cJSON *v = jsonin_parse(body, len - (size_t)(body - text), &end, &at);
+    if (!v) {
+        if (jsonin_nul_at(body, len - (size_t)(body - text), at)) *nul = 1;
         return -1;
-    cJSON *v = parse_all(body, (size_t)(close - body), nul);
-    if (!v) return -1;
+    }
+    const char *close = end;
+    while (close < text + len && is_space(*close)) close++;
+    const char *after = close + 3;
+    size_t after_len = after <= text + len ? len - (size_t)(after - text) : 0;
+    if (after > text + len || memcmp(close, "```", 3) || find_str(after, after_len, "```") || /* one fence */
+        prose_lines(text, (size_t)(open - text)) > 1 || prose_lines(after, after_len) > 1) {
+        jsonin_free(v);
+        return -1;
+    }
     *out = v;
     return 0;
 }
 
+/* s[0..len) opens, past blanks, with an object or array that reads whole
+ * ("[Note] ..." is prose). */
+static int starts_value(const char *s, size_t len) {
+    size_t i = 0;
+    while (i < len && is_space(s[i])) i++;
+    if (i == len || (s[i] != '{' && s[i] != '[')) return 0;
+    const char *end = NULL;
+    size_t at = 0;
+    cJSON *v = jsonin_parse(s + i, len - i, &end, &at);
+    jsonin_free(v);
+    return v != NULL;
+}
+
 /* One line of prose before and/or after a value that starts a line. */
 static int from_prose(const char *text, size_t len, cJSON **out, int *nul) {
-    size_t i = 0;
+    size_t i = 0, broken_to = 0;
     int lines_before = 0;
     while (i < len) {
         size_t j = i;
         while (j < len && (text[j] == ' ' || text[j] == '\t')) j++;
         if (j < len && (text[j] == '{' || text[j] == '[')) {
+            /* Inside a value read as far as this line before it broke off
+             * (an answer cut at max_tokens): a part of the answer, not the
+             * answer, and taken it was validated as the whole. */
+            if (j < broken_to) return -1;
             const char *end = NULL;
             size_t at = 0;
             cJSON *v = jsonin_parse(text + j, len - j, &end, &at);
             if (!v && jsonin_nul_at(text + j, len - j, at)) *nul = 1;
+            if (!v && j + at > broken_to) broken_to = j + at;
             if (v) {
                 size_t tail = len - (size_t)(end - text);
+                /* A second value after it (a draft, then the answer) is
+                 * no prose: which one is meant? */
+                if (starts_value(end, tail)) {
+                    jsonin_free(v);
+                    return -1;
+                }
                 if (prose_lines(end, tail) <= 1) {
                     /* The value must end its line: "{...} and more" on one
                      * line counts as prose glued to the value. */

@@ -48,6 +48,12 @@ static void test_fence(void **s) {
     assert_true(rejected("Line one.\nLine two.\n```json\n{\"a\":1}\n```"));
     /* a fence around something that is not one value */
     assert_true(rejected("```json\n{\"a\":1} {\"b\":2}\n```"));
+    /* ``` inside a string of the value is no close: it cut the value */
+    assert_true(ok("Here it is:\n```json\n{\"md\":\"use ```js\\nx\\n``` here\"}\n```",
+                   "{\"md\":\"use ```js\\nx\\n``` here\"}"));
+    assert_true(ok("Sure.\n```json\n{\"md\":\"a ``` b\"}\n```", "{\"md\":\"a ``` b\"}"));
+    assert_true(ok("```json\n{\"a\":1}```", "{\"a\":1}"));
+    assert_true(rejected("Sure.\n```json\n{\"md\":\"a ``` b\"}\n```\n```"));
 }
 
 static void test_prose(void **s) {
@@ -58,6 +64,18 @@ static void test_prose(void **s) {
     assert_true(rejected("One.\nTwo.\n{\"a\":1}"));
     assert_true(rejected("{\"a\":1}\nOne.\nTwo."));
     assert_true(rejected("The answer is {\"a\":1} as requested"));
+    /* a value inside one cut short (an answer stopped at max_tokens) is a
+     * part of the answer, not the answer */
+    assert_true(rejected("{\"data\":\n{\"name\":\"a\",\"price\":1}\n"));
+    assert_true(rejected("[\n{\"name\":\"a\",\"price\":1}\n"));
+    assert_true(rejected("{\"user\": {\"name\":\"a\"}, \"items\":\n[1,2,3]"));
+    /* two values: which is meant? */
+    assert_true(rejected("{\"draft\":true}\n{\"final\":1}"));
+    assert_true(rejected("[1]\n[2]"));
+    assert_true(rejected("Here:\n{\"a\":1}\n{\"b\":2}"));
+    /* a line of prose that opens with a bracket is still prose */
+    assert_true(ok("[Note] the JSON:\n{\"a\":1}", "{\"a\":1}"));
+    assert_true(ok("{\"a\":1}\n[Note] made up", "{\"a\":1}"));
     assert_true(rejected("{\"a\":1} trailing words"));
 }
 
