@@ -16,6 +16,12 @@
 #define REGEX_MATCH_LIMIT 1000000u /* about 4 ms of backtracking */
 #define REGEX_DEPTH_LIMIT 20000u
 #define REGEX_HEAP_LIMIT_KIB 16384u
+/* The JIT's stack, a thread's, grown as needed up to this.  PCRE2's own
+ * (32 KiB) ran out on linear patterns such as ^([^<>]|<br>)*$ past some
+ * 10,000 characters, and the interpreter then stopped at its depth
+ * limit: a valid answer failed as LIMIT_EXCEEDED after 3 ms.  The match
+ * limit and the validation's time budget still bound the time. */
+#define REGEX_JIT_STACK_MAX (8u << 20)
 
 /* The built-in matcher: a sequence of ASCII classes with repeat counts. */
 #define SIMPLE_MAX 32
@@ -375,8 +381,11 @@ static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t 
                     j++;
                 if (!in_class && num <= ngroups) {
                     /* \g{N}: a backreference for PCRE2 too, which takes
-                     * \N for octal when fewer groups come before it */
-                    sb_fmt(b, "\\g{%lu}", num);
+                     * \N for octal when fewer groups come before it; in a
+                     * group of its own, as PCRE2 10.42's JIT never matched
+                     * a quantified one to a group that took no part (ECMA
+                     * and its interpreter match it to "") */
+                    sb_fmt(b, "(?:\\g{%lu})", num);
                     i = j;
                 } else if (strict) {
                     snprintf(err, errlen, in_class ? "invalid escape \\%c in a character class"
@@ -705,9 +714,34 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_md_key;
 static int g_init_ok;
 
+static pthread_key_t g_jit_key;
+
 static void md_destroy(void *md)
 {
     pcre2_match_data_free(md);
+}
+
+static void jit_destroy(void *js)
+{
+    pcre2_jit_stack_free(js);
+}
+
+static __thread pcre2_jit_stack *tl_jit;
+
+/* The calling thread's JIT stack, made at its first match; NULL (PCRE2's
+ * own) when it cannot be. */
+static pcre2_jit_stack *thread_jit_stack(void *unused)
+{
+    (void)unused;
+    if (!tl_jit) {
+        pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, REGEX_JIT_STACK_MAX, NULL);
+        if (js && pthread_setspecific(g_jit_key, js) != 0) {
+            pcre2_jit_stack_free(js);
+            js = NULL;
+        }
+        tl_jit = js;
+    }
+    return tl_jit;
 }
 
 static void regex_global_init(void)
@@ -718,8 +752,9 @@ static void regex_global_init(void)
     pcre2_set_match_limit(g_mctx, REGEX_MATCH_LIMIT);
     pcre2_set_depth_limit(g_mctx, REGEX_DEPTH_LIMIT);
     pcre2_set_heap_limit(g_mctx, REGEX_HEAP_LIMIT_KIB);
-    if (pthread_key_create(&g_md_key, md_destroy) != 0)
+    if (pthread_key_create(&g_md_key, md_destroy) != 0 || pthread_key_create(&g_jit_key, jit_destroy) != 0)
         return;
+    pcre2_jit_stack_assign(g_mctx, thread_jit_stack, NULL);
     g_init_ok = 1;
 }
 

@@ -781,6 +781,57 @@ static void test_regex_limit(void **state)
     schema_free(s);
 }
 
+/* A pattern that runs in linear time on a long valid string: PCRE2's JIT
+ * ran out of its 32 KiB stack past some 10,000 characters, and the
+ * interpreter after it out of depth, so a valid answer failed as
+ * LIMIT_EXCEEDED.  And a quantified backreference to a group that took
+ * no part matches "" (ECMA), which PCRE2's JIT never did. */
+static void test_regex_long_strings_and_unset_backreferences(void **state)
+{
+    (void)state;
+    schema *s = compile_text("{\"pattern\":\"^([^<>]|<br>)*$\"}", NULL);
+    for (size_t n = 15000; n <= 60000; n += 45000) {
+        char *text = malloc(n + 1);
+        for (size_t i = 0; i < n; i++)
+            text[i] = "abc"[i % 3];
+        text[n] = '\0';
+        cJSON *inst = cJSON_CreateString(text);
+        schema_violations v = { 0 };
+        int r = schema_validate(s, inst, &v);
+        if (r != 0)
+            fail_msg("%zu characters: %d, %s", n, r, v.count ? v.items[0].message : "");
+        text[n / 2] = '<';
+        cJSON_SetValuestring(inst, text);
+        assert_int_equal(schema_validate(s, inst, NULL), 1);
+        cJSON_Delete(inst);
+        free(text);
+    }
+    schema_free(s);
+    static const struct {
+        const char *pattern, *text;
+        int valid;
+    } refs[] = {
+        { "^(?:(a)|b)\\\\1+$", "b", 1 },
+        { "^(?:(a)|b)\\\\1+?$", "b", 1 },
+        { "^(\\\")?x\\\\1{1,}$", "x", 1 },
+        { "^(?:(a)|b)\\\\1+$", "aaa", 1 },
+        { "^(?:(a)|b)\\\\1+$", "ab", 0 },
+        { "^(a)\\\\1$", "aa", 1 },
+        { "^(a)\\\\1$", "ab", 0 },
+    };
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "{\"pattern\":\"%s\"}", refs[i].pattern);
+        s = compile_text(text, NULL);
+        cJSON *inst = cJSON_CreateString(refs[i].text);
+        int r = schema_validate(s, inst, NULL);
+        if (r != !refs[i].valid)
+            fail_msg("%s on \"%s\": %d", refs[i].pattern, refs[i].text, r);
+        cJSON_Delete(inst);
+        schema_free(s);
+    }
+}
+
 static void test_regex_time_budget(void **state)
 {
     (void)state;
@@ -1876,6 +1927,7 @@ int main(void)
         cmocka_unit_test(test_unevaluated),
         cmocka_unit_test(test_format_assertion),
         cmocka_unit_test(test_regex_limit),
+        cmocka_unit_test(test_regex_long_strings_and_unset_backreferences),
         cmocka_unit_test(test_regex_time_budget),
         cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_evaluation_budget),
