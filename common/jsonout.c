@@ -65,7 +65,10 @@ static int tabs(sbuf *b, int n) {
  * line, indented by tabs, a tab after the colon; an array on one line,
  * ", " between its elements). */
 static int value(sbuf *b, const cJSON *v, int depth, int fmt) {
-    if (depth > 1000) return -1; /* cJSON's own nesting limit is lower */
+    /* A bound on the recursion, not on what may be printed: a value read
+     * at jsonin's full depth (1,000) goes into events and records a few
+     * levels down, and at 1,000 from the printed root it failed there. */
+    if (depth > 4000) return -1;
     switch (v->type & 0xFF) {
     case cJSON_False: return sbuf_append(b, "false", 5);
     case cJSON_True: return sbuf_append(b, "true", 4);

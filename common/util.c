@@ -27,21 +27,23 @@ int64_t util_wall_ms(void) {
 void util_rfc3339(int64_t wall_ms, char *buf, size_t len) {
     /* Several stamps a job, mostly within the same second: the date and
      * time part is formatted once a second (per thread). */
-    static __thread int64_t cached_secs = -1;
+    static __thread int64_t cached_secs;
+    static __thread int cached_set;
     static __thread char cached[24];
     static __thread size_t cached_len;
     int64_t secs = wall_ms / 1000;
     int ms = (int)(wall_ms % 1000);
-    if (wall_ms < 0) {
+    if (ms < 0) { /* before 1970: the second before, and ms into it */
         secs--;
         ms += 1000;
     }
-    if (secs != cached_secs) {
+    if (!cached_set || secs != cached_secs) {
         time_t t = (time_t)secs;
         struct tm tm;
         gmtime_r(&t, &tm);
         cached_len = strftime(cached, sizeof(cached), "%Y-%m-%dT%H:%M:%S", &tm);
-        cached_secs = cached_len ? secs : -1;
+        cached_secs = secs;
+        cached_set = cached_len != 0;
     }
     if (len < cached_len + 6) {
         if (len) buf[0] = '\0';

@@ -115,12 +115,39 @@ static void test_append(void **s) {
     sbuf_free(&b);
 }
 
+/* A value read at the reader's full depth (1,000) printed inside an
+ * event a few levels down: jsonout counted from the printed root and
+ * refused it (NULL, taken by the worker for out of memory), where cJSON
+ * prints it. */
+static void test_deep_value_inside_another(void **s) {
+    (void)s;
+    char text[2100];
+    size_t n = 0;
+    for (int i = 0; i < 999; i++) text[n++] = '[';
+    for (int i = 0; i < 999; i++) text[n++] = ']';
+    text[n] = '\0';
+    cJSON *deep = cJSON_Parse(text);
+    assert_non_null(deep);
+    cJSON *ev = cJSON_CreateObject();
+    cJSON *rec = cJSON_AddObjectToObject(cJSON_AddObjectToObject(ev, "history"), "attempt");
+    cJSON_AddItemReferenceToObject(rec, "value", deep);
+    char *got = jsonout_print(ev), *want = cJSON_PrintUnformatted(ev);
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    cJSON_Delete(ev);
+    cJSON_Delete(deep);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_documents),
         cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_references_and_raw),
         cmocka_unit_test(test_append),
+        cmocka_unit_test(test_deep_value_inside_another),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

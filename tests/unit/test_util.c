@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +38,35 @@ static void test_rfc3339(void **s) {
     char small[10] = "xxxxxxxxx";
     util_rfc3339(1000, small, sizeof(small));
     assert_string_equal(small, ""); /* too small: empty, never cut */
+}
+
+static void *rfc3339_first(void *out) {
+    util_rfc3339(-500, out, 40); /* this thread's first stamp, in second -1 */
+    return NULL;
+}
+
+/* Before 1970: a whole second went one second back with 1000 ms
+ * ("23:58.:00Z"), and a thread's first stamp in second -1 met the cache's
+ * "nothing yet" and printed ".500Z" alone. */
+static void test_rfc3339_before_1970(void **s) {
+    (void)s;
+    static const struct {
+        int64_t ms;
+        const char *want;
+    } cases[] = {
+        {-1000, "1969-12-31T23:59:59.000Z"}, {-2000, "1969-12-31T23:59:58.000Z"},
+        {-1, "1969-12-31T23:59:59.999Z"},    {-1500, "1969-12-31T23:59:58.500Z"},
+        {-86400000, "1969-12-31T00:00:00.000Z"},
+    };
+    char got[40];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        util_rfc3339(cases[i].ms, got, sizeof(got));
+        assert_string_equal(got, cases[i].want);
+    }
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, rfc3339_first, got), 0);
+    pthread_join(t, NULL);
+    assert_string_equal(got, "1969-12-31T23:59:59.500Z");
 }
 
 /* Dates that do not exist and offsets beyond a day are refused with the
@@ -406,6 +436,7 @@ static void test_read_file(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rfc3339),
+        cmocka_unit_test(test_rfc3339_before_1970),
         cmocka_unit_test(test_parse_rfc3339_ranges),
         cmocka_unit_test(test_sbuf_printf_grows),
         cmocka_unit_test(test_json_string),
