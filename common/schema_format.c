@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 enum {
     F_NONE = 0, F_DATE_TIME, F_DATE, F_TIME, F_DURATION, F_EMAIL, F_IDN_EMAIL, F_HOSTNAME,
@@ -877,7 +878,7 @@ static int check_email(const char *s, size_t n, int idn)
     if (d[0] == '[') {
         if (d[dn - 1] != ']')
             return 0;
-        if (dn > 6 && memcmp(d + 1, "IPv6:", 5) == 0)
+        if (dn > 6 && strncasecmp(d + 1, "IPv6:", 5) == 0) /* RFC 5321: case-insensitive */
             return check_ipv6(d + 6, dn - 7);
         return check_ipv4(d + 1, dn - 2);
     }
@@ -901,7 +902,8 @@ static int is_ucschar(uint32_t cp)
 {
     return (cp >= 0xA0 && cp <= 0xD7FF) || (cp >= 0xF900 && cp <= 0xFDCF) ||
            (cp >= 0xFDF0 && cp <= 0xFFEF) ||
-           (cp >= 0x10000 && cp <= 0xEFFFD && (cp & 0xFFFF) <= 0xFFFD);
+           (cp >= 0x10000 && cp <= 0xEFFFD && (cp & 0xFFFF) <= 0xFFFD &&
+            !(cp >= 0xE0000 && cp < 0xE1000)); /* RFC 3987 skips E0000-E0FFF (tags) */
 }
 
 static int is_iprivate(uint32_t cp)
@@ -1110,7 +1112,7 @@ static int check_uri_template(const char *s, size_t n)
             i += l;
             continue;
         }
-        if (c <= 0x20 || c == 0x7F || strchr("\"<>\\^`{|}", c))
+        if (c <= 0x20 || c == 0x7F || strchr("\"'<>\\^`{|}", c)) /* RFC 6570 literals: no ' either */
             return 0;
         i++;
     }

@@ -16,6 +16,7 @@
 #include "jsonin.h"
 #include "jsonout.h"
 #include "schema.h"
+#include "schema_format.h"
 #include "schema_regex.h"
 #include "validate_cli.h"
 
@@ -735,6 +736,35 @@ static void test_format_assertion(void **state)
     schema_violations_clear(&v);
     schema_free(annot);
     schema_free(assert_);
+}
+
+/* RFC 3987 leaves E0000-E0FFF (tag characters) out of ucschar; RFC 6570
+ * leaves ' out of a template's literals; RFC 5321's "IPv6:" tag is
+ * case-insensitive.  Each was the other way. */
+static void test_format_edges(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *format, *text;
+        int valid;
+    } cases[] = {
+        { "iri", "http://a/\xF3\xA0\x80\x81", 0 },          /* U+E0001 */
+        { "iri-reference", "\xF3\xA0\x84\x80", 0 },          /* U+E0100 */
+        { "iri", "http://a/\xF3\xA1\x80\x80", 1 },          /* U+E1000 */
+        { "iri", "http://a/\xC3\xA9", 1 },
+        { "uri-template", "http://a/'x'", 0 },
+        { "uri-template", "http://a/{x}", 1 },
+        { "email", "a@[ipv6:::1]", 1 },
+        { "email", "a@[IPv6:::1]", 1 },
+        { "email", "a@[ipv6:nope]", 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int id = schema_format_id(cases[i].format);
+        assert_true(id > 0);
+        int got = schema_format_check(id, cases[i].text, strlen(cases[i].text));
+        if (got != cases[i].valid)
+            fail_msg("%s \"%s\": %d", cases[i].format, cases[i].text, got);
+    }
 }
 
 static double now_s(void)
@@ -1926,6 +1956,7 @@ int main(void)
         cmocka_unit_test(test_draft7_ref_siblings),
         cmocka_unit_test(test_unevaluated),
         cmocka_unit_test(test_format_assertion),
+        cmocka_unit_test(test_format_edges),
         cmocka_unit_test(test_regex_limit),
         cmocka_unit_test(test_regex_long_strings_and_unset_backreferences),
         cmocka_unit_test(test_regex_time_budget),
