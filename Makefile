@@ -10,7 +10,7 @@ DEB_PKGS := build-essential pkg-config librdkafka-dev libhiredis-dev \
 	libcurl4-openssl-dev libuv1-dev libcjson-dev libpcre2-dev \
 	libmicrohttpd-dev redis-server kcat libcmocka-dev python3-pytest \
 	python3-kafka python3-redis python3-jsonschema python3-fastjsonschema python3-h2 openssl docker-compose clang libclang-rt-14-dev \
-	libtcmalloc-minimal4
+	libtcmalloc-minimal4 procps
 
 COMMON_PKGS := libcjson libpcre2-8
 WORKER_PKGS := rdkafka libcurl libuv hiredis libcjson libpcre2-8
@@ -59,7 +59,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
 $(BUILD)/%.o: %.c $(wildcard common/*.h worker/*.h)
@@ -262,7 +262,11 @@ compose-check:
 	else echo "docker-compose not installed"; exit 1; fi
 	@sh tests/docker_build_check.sh .
 
-test: deps all
+# deps, then the rest in a make of its own: under -j a prerequisite list
+# "deps all" compiled while apt-get was still installing the compiler, and
+# this makefile's checks of the toolchain (PGO) ran before it was there.
+test: deps
+	$(MAKE) --no-print-directory all
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory unit-asan
 	$(MAKE) --no-print-directory conformance
@@ -270,19 +274,22 @@ test: deps all
 	$(MAKE) --no-print-directory integration
 	$(MAKE) --no-print-directory integration-asan
 
-demo: deps all
+demo: deps
+	$(MAKE) --no-print-directory all
 	$(PY) tests/demo.py
 
-bench: deps all $(BUILD)/bench-curl $(BUILD)/bench-relay
+bench: deps
+	$(MAKE) --no-print-directory all $(BUILD)/bench-curl $(BUILD)/bench-relay
 	$(PY) tests/bench.py
 	$(MAKE) --no-print-directory bench-schema
 
 # The worker's instructions a job under callgrind, against bare curl's a
 # request: a yardstick that does not move with the machine, for changes too
 # small for make bench's timings (WORKERS="a/retort b/retort" compares builds).
-bench-instructions: deps all $(BUILD)/bench-curl $(BUILD)/bench-relay
+bench-instructions: deps
+	$(MAKE) --no-print-directory all $(BUILD)/bench-curl $(BUILD)/bench-relay
 	@dpkg -s valgrind >/dev/null 2>&1 || { SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq valgrind >/dev/null; }
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 	$(PY) tests/bench_instructions.py $(foreach w,$(WORKERS),--worker $(w))
 
 clean:
