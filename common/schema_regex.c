@@ -365,11 +365,25 @@ static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t 
                 i += used;
                 break;
             }
-            case 'k':
+            case 'k': {
                 /* Annex B: in a pattern without named groups \k is the
                  * letter (\k<a> matches "k<a>") */
-                sb_str(b, named || strict ? "\\k" : "k");
+                const char *gt = pat[i] == '<' ? strchr(pat + i, '>') : NULL;
+                if (!named && !strict) {
+                    sb_str(b, "k");
+                } else if (gt) {
+                    /* \k<name> in a group of its own, as \N below: PCRE2
+                     * 10.42's JIT never matched a quantified one to a
+                     * group that took no part */
+                    sb_str(b, "(?:\\k");
+                    sb_add(b, pat + i, (size_t)(gt - (pat + i)) + 1);
+                    sb_str(b, ")");
+                    i = (size_t)(gt - pat) + 1;
+                } else {
+                    sb_str(b, "\\k");
+                }
                 break;
+            }
             case '1': case '2': case '3': case '4': case '5':
             case '6': case '7': case '8': case '9': {
                 /* the whole number: \12 is group 12 when there are 12 */

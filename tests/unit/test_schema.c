@@ -848,9 +848,16 @@ static void test_regex_long_strings_and_unset_backreferences(void **state)
         { "^(?:(a)|b)\\\\1+$", "ab", 0 },
         { "^(a)\\\\1$", "aa", 1 },
         { "^(a)\\\\1$", "ab", 0 },
+        /* named: \k<n> as \1 */
+        { "^(?:(?<n>a)|b)\\\\k<n>+$", "b", 1 },
+        { "^(?:(?<n>a)|b)\\\\k<n>{2}$", "b", 1 },
+        { "^(?:(?<n>a)|b)\\\\k<n>+$", "aaa", 1 },
+        { "^(?:(?<n>a)|b)\\\\k<n>+$", "ab", 0 },
+        { "^(?<name_of_thirty_two_characters_xx>a)\\\\k<name_of_thirty_two_characters_xx>$", "aa", 1 },
+        { "^(?<n>a)\\\\k<n>$", "ab", 0 },
     };
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
-        char text[128];
+        char text[192];
         snprintf(text, sizeof text, "{\"pattern\":\"%s\"}", refs[i].pattern);
         s = compile_text(text, NULL);
         cJSON *inst = cJSON_CreateString(refs[i].text);
