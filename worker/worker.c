@@ -2034,18 +2034,18 @@ static void on_redis_conn(void *ud, int connected) {
 
 /* ---- start and stop ----------------------------------------------------- */
 
-/* This process's lease: while it holds, other workers wait for the
- * attempts it owns instead of paying for them again.  Renewed three times
- * a lease; a dead process's lapses within worker.lease_ms. */
+/* Left to the state module, a refused renewal (READONLY, LOADING, NOAUTH)
+ * was logged as a failed delivery mark with no job id. */
 static void on_lease_renewed(void *ud, const state_reply *r) {
     (void)ud;
-    /* Left to the state module, a refused renewal (READONLY, LOADING,
-     * NOAUTH) was logged as a failed delivery mark with no job id. */
     if (r->verdict == STATE_ERROR)
         log_warn(NULL, 0, "renewing the worker's lease failed: %s (once it lapses, other workers take "
                  "this worker's attempts over)", r->error);
 }
 
+/* This process's lease: while it holds, other workers wait for the
+ * attempts it owns instead of paying for them again.  Renewed three times
+ * a lease; a dead process's lapses within worker.lease_ms. */
 static void lease_renew(uv_timer_t *t) {
     worker *w = t->data;
     if (state_lease(w->st, w->incarnation, w->lease_ms, on_lease_renewed, w))
