@@ -31,7 +31,9 @@ void metrics_observe(metrics_histogram *h, double seconds) {
 }
 
 void metrics_llm_call(metrics *m, int provider, long status) {
-    int cls = status == 0 ? 4 : status == 429 ? 3 : status >= 500 ? 2 : status >= 400 ? 1 : 0;
+    /* 3xx has a class of its own: curl follows no redirect, so a base_url
+     * that answers 301 fails every call, which "2xx" hid */
+    int cls = status == 0 ? 4 : status == 429 ? 3 : status >= 500 ? 2 : status >= 400 ? 1 : status >= 300 ? 5 : 0;
     m->llm_calls[provider ? 1 : 0][cls]++;
 }
 
@@ -63,7 +65,7 @@ static void histogram(sbuf *b, const char *name, const char *help, const metrics
 
 void metrics_render(const metrics *m, sbuf *b) {
     static const char *const outcomes[METRICS_OUTCOMES] = {"final", "retry", "escalated", "dead_letter", "skipped"};
-    static const char *const classes[5] = {"2xx", "4xx", "5xx", "429", "error"};
+    static const char *const classes[6] = {"2xx", "4xx", "5xx", "429", "error", "3xx"};
     static const char *const providers[2] = {"openai", "anthropic"};
     sbuf_puts(b, "# HELP retort_jobs_total Job messages handled, by outcome.\n# TYPE retort_jobs_total counter\n");
     for (int i = 0; i < METRICS_OUTCOMES; i++)
@@ -102,10 +104,12 @@ void metrics_render(const metrics *m, sbuf *b) {
         label_value(b, m->codes[i]);
         sbuf_printf(b, "\"} %llu\n", (unsigned long long)m->code_counts[i]);
     }
-    if (m->codes_other) sbuf_printf(b, "retort_violations_total{code=\"OTHER\"} %llu\n", (unsigned long long)m->codes_other);
+    /* "_other", which no code can be (^[A-Z][A-Z0-9_]*$): as "OTHER" it
+     * made a second series beside a rule's own code OTHER */
+    if (m->codes_other) sbuf_printf(b, "retort_violations_total{code=\"_other\"} %llu\n", (unsigned long long)m->codes_other);
     sbuf_puts(b, "# HELP retort_llm_calls_total LLM HTTP calls, by provider and status class.\n# TYPE retort_llm_calls_total counter\n");
     for (int p = 0; p < 2; p++)
-        for (int c = 0; c < 5; c++)
+        for (int c = 0; c < 6; c++)
             if (m->llm_calls[p][c] || p == 0)
                 sbuf_printf(b, "retort_llm_calls_total{provider=\"%s\",status_class=\"%s\"} %llu\n", providers[p],
                             classes[c], (unsigned long long)m->llm_calls[p][c]);

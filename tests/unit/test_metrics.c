@@ -54,6 +54,53 @@ static void test_label_values_are_escaped(void **s)
     sbuf_free(&b);
 }
 
+/* Past the 64 series, the rest of the codes are counted under a label no
+ * code can be: "OTHER", a code a rule may use, made two series of one. */
+static void test_overflow_is_a_series_of_its_own(void **s)
+{
+    (void)s;
+    metrics m;
+    metrics_init(&m);
+    metrics_violation(&m, "OTHER");
+    char code[16];
+    for (int i = 0; i < METRICS_MAX_CODES + 2; i++) {
+        snprintf(code, sizeof code, "C%d", i);
+        metrics_violation(&m, code);
+    }
+    sbuf b = { 0 };
+    metrics_render(&m, &b);
+    assert_int_equal(count(b.data, "retort_violations_total{code=\"OTHER\"}"), 1);
+    assert_non_null(strstr(b.data, "retort_violations_total{code=\"OTHER\"} 1\n"));
+    assert_non_null(strstr(b.data, "retort_violations_total{code=\"_other\"} 3\n"));
+    sbuf_free(&b);
+}
+
+/* A redirect (curl follows none: a base_url that answers 301 fails every
+ * call) was counted as a 2xx. */
+static void test_status_classes(void **s)
+{
+    (void)s;
+    metrics m;
+    metrics_init(&m);
+    static const long status[] = { 200, 301, 308, 404, 429, 503, 0 };
+    for (size_t i = 0; i < sizeof status / sizeof status[0]; i++)
+        metrics_llm_call(&m, 0, status[i]);
+    metrics_llm_call(&m, 1, 302);
+    sbuf b = { 0 };
+    metrics_render(&m, &b);
+    static const char *const want[] = {
+        "{provider=\"openai\",status_class=\"2xx\"} 1\n", "{provider=\"openai\",status_class=\"3xx\"} 2\n",
+        "{provider=\"openai\",status_class=\"4xx\"} 1\n", "{provider=\"openai\",status_class=\"429\"} 1\n",
+        "{provider=\"openai\",status_class=\"5xx\"} 1\n", "{provider=\"openai\",status_class=\"error\"} 1\n",
+        "{provider=\"anthropic\",status_class=\"3xx\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(b.data, want[i]))
+            fail_msg("no %s in\n%s", want[i], b.data);
+    assert_null(strstr(b.data, "{provider=\"anthropic\",status_class=\"2xx\"}"));
+    sbuf_free(&b);
+}
+
 static void no_start(llm_gate_node *n, void *ud)
 {
     (void)n;
@@ -89,6 +136,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_codes_have_one_series),
         cmocka_unit_test(test_label_values_are_escaped),
+        cmocka_unit_test(test_overflow_is_a_series_of_its_own),
+        cmocka_unit_test(test_status_classes),
         cmocka_unit_test(test_llm_lanes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
