@@ -24,10 +24,17 @@ int llm_api_response_format_parse(const char *s, llm_response_format *out) {
     return 0;
 }
 
-int llm_api_sends_schema(llm_provider provider, llm_response_format rf) {
+static int anthropic_param_later(const cJSON *params, const cJSON *p, const char *name);
+
+/* A job's own response_format (OpenAI) or output_config / output_format
+ * (Anthropic) param replaces Retort's whole: the schema then goes in the
+ * prompt, or the model would be told to follow a schema it never sees. */
+int llm_api_sends_schema(llm_provider provider, llm_response_format rf, const cJSON *params) {
     if (rf == LLM_RF_OFF) return 0;
-    if (provider == LLM_PROVIDER_ANTHROPIC) return rf == LLM_RF_ON;
-    return 1;
+    if (provider == LLM_PROVIDER_ANTHROPIC)
+        return rf == LLM_RF_ON && !anthropic_param_later(params, NULL, "output_config") &&
+               !anthropic_param_later(params, NULL, "output_format");
+    return !cJSON_GetObjectItemCaseSensitive(params, "response_format");
 }
 
 /* Keywords OpenAI's strict mode refuses (the request fails, 400): a
@@ -131,8 +138,7 @@ static char *build_openai(const llm_api_request *req, size_t *len) {
     sbuf b = {0};
     char *schema_owned = NULL;
     char *out = NULL;
-    int with_rf = req->schema && llm_api_sends_schema(req->provider, req->response_format) &&
-                  !cJSON_GetObjectItemCaseSensitive(req->params, "response_format");
+    int with_rf = req->schema && llm_api_sends_schema(req->provider, req->response_format, req->params);
     if (sbuf_reserve(&b, 2048 + (with_rf && req->schema_json ? strlen(req->schema_json) : 0))) goto cleanup;
     if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model)) ||
         sbuf_puts(&b, ",\"messages\":["))
@@ -197,9 +203,7 @@ static char *build_anthropic(const llm_api_request *req, size_t *len) {
      * output_config.format, no beta header (the beta's output_format,
      * sent without its header, is refused: 400).  A job's own
      * output_config (or output_format) param replaces it whole. */
-    int with_of = req->schema && llm_api_sends_schema(req->provider, req->response_format) &&
-                  !anthropic_param_later(params, NULL, "output_config") &&
-                  !anthropic_param_later(params, NULL, "output_format");
+    int with_of = req->schema && llm_api_sends_schema(req->provider, req->response_format, params);
     if (sbuf_reserve(&b, 2048 + (with_of && req->schema_json ? strlen(req->schema_json) : 0))) goto cleanup;
     if (sbuf_puts(&b, "{\"model\":") || sbuf_json_string(&b, req->model, strlen(req->model))) goto cleanup;
     if (!anthropic_param_later(params, NULL, "max_tokens") &&

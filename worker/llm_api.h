@@ -44,9 +44,10 @@ typedef struct llm_api_request {
  * *len (may be NULL) receives its length. */
 char *llm_api_build_body(const llm_api_request *req, size_t *len);
 
-/* 1 when the schema is sent to the API itself (response_format / output_format),
- * so the prompt need not carry it. */
-int llm_api_sends_schema(llm_provider provider, llm_response_format rf);
+/* 1 when the schema is sent to the API itself (response_format /
+ * output_config), so the prompt need not carry it; 0 too when the job's
+ * params (borrowed, may be NULL) replace that member with their own. */
+int llm_api_sends_schema(llm_provider provider, llm_response_format rf, const cJSON *params);
 
 /* 1 when the schema meets OpenAI's strict mode: an object at the root,
  * every object (with properties or not) closed by additionalProperties

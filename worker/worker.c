@@ -1580,7 +1580,7 @@ static void gate_leave(wjob *j, long status, long retry_after_ms) {
 static void call_llm(wjob *j) {
     worker *w = j->w;
     j->stage = STAGE_LLM;
-    int sends = llm_api_sends_schema(w->provider, w->rf);
+    int sends = llm_api_sends_schema(w->provider, w->rf, j->job.params);
     const char *schema_text = sends ? NULL : j->schema_text;
     /* On the stack unless the job brings a long conversation. */
     llm_api_message inl[8], *msgs = inl;

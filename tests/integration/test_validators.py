@@ -112,6 +112,37 @@ def test_inline_schema_settings(stack):
         srv.shutdown()
 
 
+def test_a_params_response_format_puts_the_schema_in_the_prompt(stack):
+    """A job's own response_format param replaces Retort's, schema and all;
+    the worker still believed the API carried the schema and left it out
+    of the prompt, so the model was told to follow a schema it never saw."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CapturingLLM)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    CapturingLLM.answer = json.dumps({"zz_city_field": "Paris"})
+    CapturingLLM.bodies = []
+    try:
+        stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port)
+        schema = {"type": "object", "required": ["zz_city_field"],
+                  "properties": {"zz_city_field": {"type": "string"}}}
+        a, b = uid("own-format"), uid("retort-format")
+        stack.produce_jobs([job(a, schema=schema, params={"response_format": {"type": "json_object"}})])
+        stack.wait_outcomes([a])
+        stack.produce_jobs([job(b, schema=schema)])
+        stack.wait_outcomes([b])
+        assert len(CapturingLLM.bodies) == 2
+        own, retorts = CapturingLLM.bodies
+        assert own["response_format"] == {"type": "json_object"}
+        assert "zz_city_field" in json.dumps(own["messages"])
+        # with Retort's own member the schema goes there, not in the prompt too
+        assert retorts["response_format"]["json_schema"]["schema"] == schema
+        assert "zz_city_field" not in json.dumps(retorts["messages"])
+        finals = {m["value"]["job_id"] for m in stack.consume("retort.final")}
+        assert {a, b} <= finals
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_critical_code_past_the_violations_cap_still_escalates_at_once(stack, tmp_path):
     """retry.max_violations caps the list an attempt keeps; a violation of
     a code in retry.critical_codes that came past the cap was cut off

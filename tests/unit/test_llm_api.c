@@ -440,6 +440,48 @@ static void test_anthropic_body(void **s) {
                       "{\"model\":\"claude-x\",\"max_tokens\":9,\"messages\":[],\"output_config\":{\"effort\":\"low\"}}");
 }
 
+/* Whether the schema goes in the API's member, so the prompt need not
+ * carry it: a job's param that replaces that member takes the schema out
+ * of the body, so the prompt must carry it (it was left out of both: the
+ * model was told to follow a schema it never saw). */
+static void test_sends_schema(void **s) {
+    (void)s;
+    static const struct {
+        llm_provider provider;
+        llm_response_format rf;
+        const char *params;
+        int sends;
+    } cases[] = {
+        {LLM_PROVIDER_OPENAI, LLM_RF_AUTO, NULL, 1},
+        {LLM_PROVIDER_OPENAI, LLM_RF_ON, "{\"temperature\":0}", 1},
+        {LLM_PROVIDER_OPENAI, LLM_RF_OFF, NULL, 0},
+        {LLM_PROVIDER_OPENAI, LLM_RF_AUTO, "{\"response_format\":{\"type\":\"json_object\"}}", 0},
+        {LLM_PROVIDER_OPENAI, LLM_RF_ON, "{\"response_format\":{\"type\":\"text\"}}", 0},
+        {LLM_PROVIDER_ANTHROPIC, LLM_RF_ON, NULL, 1},
+        {LLM_PROVIDER_ANTHROPIC, LLM_RF_AUTO, NULL, 0},
+        {LLM_PROVIDER_ANTHROPIC, LLM_RF_ON, "{\"output_config\":{\"effort\":\"low\"}}", 0},
+        {LLM_PROVIDER_ANTHROPIC, LLM_RF_ON, "{\"output_format\":{\"type\":\"json_schema\"}}", 0},
+        {LLM_PROVIDER_ANTHROPIC, LLM_RF_ON, "{\"response_format\":{}}", 1},
+    };
+    cJSON *sch = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"zz_field\":{\"type\":\"string\"}}}");
+    llm_api_message m = {"user", {"hi"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *params = cases[i].params ? cJSON_Parse(cases[i].params) : NULL;
+        int sends = llm_api_sends_schema(cases[i].provider, cases[i].rf, params);
+        if (sends != cases[i].sends)
+            fail_msg("case %zu: sends %d", i, sends);
+        /* and the body agrees: the schema is in it exactly when sent */
+        llm_api_request req = {cases[i].provider, "m", &m, 1, params, sch, "t", cases[i].rf, 64, NULL, 0};
+        char *body = llm_api_build_body(&req, NULL);
+        assert_non_null(body);
+        if (!strstr(body, "zz_field") != !sends)
+            fail_msg("case %zu: body %s", i, body);
+        free(body);
+        cJSON_Delete(params);
+    }
+    cJSON_Delete(sch);
+}
+
 static void test_reflection_prompt(void **s) {
     (void)s;
     cJSON *v = cJSON_Parse("[{\"path\":\"/price\",\"code\":\"WRONG_TYPE\",\"message\":\"must be a number\","
@@ -812,6 +854,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
+        cmocka_unit_test(test_sends_schema),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
         cmocka_unit_test(test_openai_scan),       cmocka_unit_test(test_anthropic_scan),
         cmocka_unit_test(test_nul_in_answer),
