@@ -37,12 +37,12 @@ int llm_api_sends_schema(llm_provider provider, llm_response_format rf, const cJ
     return !cJSON_GetObjectItemCaseSensitive(params, "response_format");
 }
 
-/* Keywords OpenAI's strict mode refuses (the request fails, 400): a
- * schema that uses one goes with strict false. */
+/* Keywords OpenAI's strict mode refuses (the request fails, 400: "'oneOf'
+ * is not permitted"): a schema that uses one goes with strict false. */
 static const char *const strict_refused[] = {
     "patternProperties", "unevaluatedProperties", "propertyNames", "minProperties", "maxProperties",
     "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems", "contains", "minContains",
-    "maxContains", "uniqueItems", "allOf", "not", "if", "then", "else"};
+    "maxContains", "uniqueItems", "allOf", "oneOf", "not", "if", "then", "else"};
 
 static int is_object_schema(const cJSON *s) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
@@ -70,7 +70,7 @@ static int strict_walk(const cJSON *s, int depth) {
             if (!found || !strict_walk(p, depth + 1)) return 0;
         }
     }
-    static const char *const subs[] = {"items", "$defs", "definitions", "anyOf", "oneOf", "prefixItems"};
+    static const char *const subs[] = {"items", "$defs", "definitions", "anyOf", "prefixItems"};
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, subs[i]);
         if (!v) continue;

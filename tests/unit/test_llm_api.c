@@ -353,6 +353,11 @@ static void test_build_bodies(void **s) {
         {"{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false,\"allOf\":[{}]}", 0},
         {"{\"anyOf\":[{\"type\":\"object\",\"additionalProperties\":false}]}", 0}, /* root not an object */
         {"{\"type\":\"string\"}", 0},
+        /* anyOf is taken, oneOf is not ("'oneOf' is not permitted") */
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}},"
+         "\"required\":[\"x\"],\"additionalProperties\":false}", 1},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}},"
+         "\"required\":[\"x\"],\"additionalProperties\":false}", 0},
         {"{\"type\":\"object\",\"$defs\":{\"o\":{\"type\":\"object\"}},\"additionalProperties\":false}", 0},
     };
     for (size_t i = 0; i < sizeof(strict_cases) / sizeof(strict_cases[0]); i++) {
