@@ -149,8 +149,10 @@ $(BUILD)/mock-kafka: $(BUILD)/tests/mock_kafka.o
 $(BUILD)/jsts-runner: $(BUILD)/tests/jsts_runner.o $(BUILD)/libretort_common.a
 	$(CC) $(CFLAGS) -o $@ $^ $(call pc,$(COMMON_PKGS)) -lm
 
-# test_state fails some of our own code's reallocs, as out of memory would.
+# test_state fails some of our own code's reallocs, as out of memory would;
 $(BUILD)/test_state $(ASAN_BUILD)/test_state: TEST_LDFLAGS := -Wl,--wrap=realloc
+# test_llm_api fails the answer's copy (strdup), as out of memory would.
+$(BUILD)/test_llm_api $(ASAN_BUILD)/test_llm_api: TEST_LDFLAGS := -Wl,--wrap=strdup
 
 $(BUILD)/test_%: $(BUILD)/tests/unit/test_%.o $(WORKER_OBJ) $(BUILD)/libretort_common.a
 	$(CC) $(CFLAGS) $(TEST_LDFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm

@@ -295,7 +295,7 @@ decide_category llm_api_status_category(long status, const char *code, const cha
     if (status == 401 || status == 403) return DECIDE_CAT_AUTH;
     if ((code && (!strcmp(code, "context_length_exceeded") || strstr(code, "context_length"))) ||
         contains_ci(message, "context length") || contains_ci(message, "context window") ||
-        contains_ci(message, "prompt is too long"))
+        contains_ci(message, "context limit") || contains_ci(message, "prompt is too long"))
         return DECIDE_CAT_CONTEXT_LENGTH;
     return DECIDE_CAT_BAD_REQUEST;
 }
@@ -788,6 +788,12 @@ static void anthropic_classify(llm_api_result *out, const char *sr, int blocks, 
     } else if (sr && !strcmp(sr, "max_tokens")) {
         out->category = DECIDE_CAT_TRUNCATED;
         snprintf(out->error, sizeof(out->error), "output cut at max_tokens (stop_reason max_tokens)");
+    } else if (sr && !strcmp(sr, "model_context_window_exceeded")) {
+        /* cut too, by the context window rather than max_tokens: read as
+         * whole, the answer failed as "not JSON" with no word of why */
+        out->category = DECIDE_CAT_TRUNCATED;
+        snprintf(out->error, sizeof(out->error),
+                 "output cut at the model's context window (stop_reason model_context_window_exceeded)");
     } else if (!total) {
         out->category = DECIDE_CAT_EMPTY;
         snprintf(out->error, sizeof(out->error), "empty answer");
@@ -955,7 +961,14 @@ void llm_api_parse(llm_provider provider, long status, const char *body, size_t 
     int nul = 0;
     if (!(status >= 200 && status < 300 && body && len && scan(provider, body, len, out, &nul) == 0)) {
         llm_api_parse_dom(provider, status, body, len, out);
-        nul = body && has_nul_escape(body, len);
+        /* cJSON takes a raw NUL in a string (no JSON may have one) and
+         * ends the string there: the text would be cut unseen */
+        nul = body && (has_nul_escape(body, len) || memchr(body, '\0', len));
+    }
+    /* out of memory copying the text: an answer in hand but unread */
+    if (out->category == DECIDE_CAT_OK && !out->text) {
+        out->category = DECIDE_CAT_SERVER_ERROR;
+        util_concat(out->error, sizeof(out->error), "out of memory reading the answer", (char *)NULL);
     }
     /* Anywhere in the body, as the scanner's pass tells it (after cJSON,
      * a memmem of the body): a NUL anywhere but in the text (an id?) only

@@ -121,6 +121,14 @@ static void test_nul_in_answer(void **s) {
             fail_msg("%s: text_nul %d, expected %d", unread[i].body, r.text_nul, unread[i].nul);
         llm_api_result_clear(&r);
     }
+    /* A raw NUL in a string (no JSON may have one): cJSON takes it and
+     * ends the string there, so the text was cut and not flagged. */
+    static const char raw[] = "{\"choices\":[{\"message\":{\"content\":\"{\\\"a\\\":1}\0{\\\"a\\\":2}\"},"
+                              "\"finish_reason\":\"stop\"}]}";
+    llm_api_result rr;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, raw, sizeof raw - 1, &rr);
+    assert_true(rr.category != DECIDE_CAT_OK || rr.text_nul);
+    llm_api_result_clear(&rr);
     /* not an answer: nothing to flag */
     const char *refusal = "{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"no\\u0000\"},"
                           "\"finish_reason\":\"stop\"}]}";
@@ -203,6 +211,33 @@ static void test_anthropic_shapes(void **s) {
     free(body);
 }
 
+char *__real_strdup(const char *s);
+static int fail_strdup;
+char *__wrap_strdup(const char *s) {
+    return fail_strdup ? NULL : __real_strdup(s);
+}
+
+/* Out of memory copying the answer's text: the category said ok with no
+ * text, and the worker's validation read it (strlen(NULL)). */
+static void test_answer_copy_out_of_memory(void **s) {
+    (void)s;
+    /* an escaped key: the scanner leaves the body to cJSON, whose text the
+     * answer copies */
+    const char *body = "{\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"stop\"}],\"\\u0061\":1}";
+    llm_api_result r;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, strlen(body), &r);
+    assert_int_equal(r.category, DECIDE_CAT_OK);
+    assert_string_equal(r.text, "{}");
+    llm_api_result_clear(&r);
+    fail_strdup = 1;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, body, strlen(body), &r);
+    fail_strdup = 0;
+    assert_int_equal(r.category, DECIDE_CAT_SERVER_ERROR);
+    assert_null(r.text);
+    assert_non_null(strstr(r.error, "out of memory"));
+    llm_api_result_clear(&r);
+}
+
 static void test_categories(void **s) {
     (void)s;
     llm_api_result r;
@@ -216,6 +251,18 @@ static void test_categories(void **s) {
     llm_api_parse(LLM_PROVIDER_OPENAI, 200, empty, strlen(empty), &r);
     assert_int_equal(r.category, DECIDE_CAT_EMPTY);
     llm_api_result_clear(&r);
+    /* Anthropic's stop by the context window is a cut answer too */
+    const char *window = "{\"content\":[{\"type\":\"text\",\"text\":\"{\\\"a\\\":[1,\"}],"
+                         "\"stop_reason\":\"model_context_window_exceeded\"}";
+    llm_api_parse(LLM_PROVIDER_ANTHROPIC, 200, window, strlen(window), &r);
+    assert_int_equal(r.category, DECIDE_CAT_TRUNCATED);
+    assert_non_null(strstr(r.error, "context window"));
+    llm_api_result_clear(&r);
+    /* and its 400 for a prompt past the window, in its own words */
+    assert_int_equal(llm_api_status_category(400, "invalid_request_error",
+                                             "input length and `max_tokens` exceed context limit: 199759 + 8192 > "
+                                             "200000, decrease input length or `max_tokens` and try again"),
+                     DECIDE_CAT_CONTEXT_LENGTH);
     const char *ctx = "{\"error\":{\"message\":\"too long\",\"code\":\"context_length_exceeded\"}}";
     llm_api_parse(LLM_PROVIDER_OPENAI, 400, ctx, strlen(ctx), &r);
     assert_int_equal(r.category, DECIDE_CAT_CONTEXT_LENGTH);
@@ -860,6 +907,7 @@ int main(void) {
         cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
         cmocka_unit_test(test_sends_schema),
+        cmocka_unit_test(test_answer_copy_out_of_memory),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
         cmocka_unit_test(test_openai_scan),       cmocka_unit_test(test_anthropic_scan),
         cmocka_unit_test(test_nul_in_answer),
