@@ -330,6 +330,21 @@ static rd_kafka_message_t *unhold(kafka_io *k) {
     return msg;
 }
 
+/* A consumer error from the queue.  A fatal one (a static member fenced
+ * by another with its group.instance.id) comes to a group member this
+ * way, not to error_cb: logged as a warning and dropped, it left a
+ * process that never fetched again and still answered /readyz "ok". */
+static void consumer_error(kafka_io *k, rd_kafka_message_t *msg) {
+    char buf[512];
+    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(k->consumer, buf, sizeof(buf));
+    if (fatal || msg->err == RD_KAFKA_RESP_ERR__FATAL) {
+        log_error(NULL, 0, "kafka fatal error: %s", fatal ? buf : rd_kafka_message_errstr(msg));
+        exit(3);
+    }
+    if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+        log_warn(NULL, 0, "consumer: %s", rd_kafka_message_errstr(msg));
+}
+
 static rd_kafka_message_t *consumer_poll(kafka_io *k) {
     k->last_poll_ms = uv_now(k->loop);
     return rd_kafka_consumer_poll(k->consumer, 0);
@@ -343,8 +358,7 @@ void kafka_io_poll(kafka_io *k) {
         if (!msg) msg = consumer_poll(k);
         if (!msg) break;
         if (msg->err) {
-            if (msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                log_warn(NULL, 0, "consumer: %s", rd_kafka_message_errstr(msg));
+            consumer_error(k, msg);
             rd_kafka_message_destroy(msg);
             continue;
         }
@@ -393,8 +407,7 @@ static void keepalive_cb(uv_timer_t *t) {
     rd_kafka_message_t *msg;
     while ((msg = consumer_poll(k))) {
         if (msg->err || k->stopped) {
-            if (msg->err && msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                log_warn(NULL, 0, "consumer: %s", rd_kafka_message_errstr(msg));
+            if (msg->err) consumer_error(k, msg);
             rd_kafka_message_destroy(msg);
         } else if (hold(k, msg, 0)) {
             hold_failed(k, msg);

@@ -709,6 +709,20 @@ def control_stack(request):
     s.close(keep=failed(request))
 
 
+def test_a_fenced_static_member_exits_for_its_supervisor_to_restart(control_stack):
+    """A static member fenced by another of its group.instance.id gets a
+    fatal error on its consumer queue, not in the error callback: taken
+    for a warning, it left a process that never fetched again, with
+    /readyz still "ok".  It exits (3) now; a supervisor starts it again."""
+    stack = control_stack
+    w = stack.start_worker("--set", "kafka.group.instance.id=fenced-w", name="fenced")
+    stack.wait_log("fenced", "assigned")
+    stack.kafka_control("errors Heartbeat FENCED_INSTANCE_ID")
+    assert w.wait(30) == 3
+    log = stack.worker_log("fenced")
+    assert "kafka fatal error" in log and "fenced by other consumer" in log, log[-2000:]
+
+
 def _metric(samples, name, outcomes=None):
     """The sum of a metric's samples (of the given outcome labels)."""
     return sum(v for (n, labels), v in samples.items()
