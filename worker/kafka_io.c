@@ -579,17 +579,21 @@ static void poll_close_cb(uv_handle_t *h) {
 
 void kafka_io_free(kafka_io *k, int timeout_ms) {
     if (!k) return;
+    /* The producer first: the delivery reports that come in its flush
+     * (after a drain that timed out) store their jobs' offsets, which the
+     * consumer's close then commits.  Closed before, it committed without
+     * them, and the next worker produced those events again. */
+    if (k->producer) {
+        rd_kafka_flush(k->producer, timeout_ms);
+        while (rd_kafka_poll(k->producer, 0) > 0) {
+        }
+    }
     if (k->consumer) {
         drop_held(k, NULL);
         /* Close commits the stored offsets and leaves the group; it serves
          * the rebalance callback itself. */
         k->closing = 1;
         rd_kafka_consumer_close(k->consumer);
-    }
-    if (k->producer) {
-        rd_kafka_flush(k->producer, timeout_ms);
-        while (rd_kafka_poll(k->producer, 0) > 0) {
-        }
     }
     if (k->cq) {
         rd_kafka_queue_io_event_enable(k->cq, -1, NULL, 0);

@@ -2498,9 +2498,10 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     uv_run(w->loop, UV_RUN_DEFAULT);
     log_buffered(0);
 
-    /* Drained (or timed out): close the consumer, which commits the stored
-     * offsets (only those with nothing pending below them) and leaves the
-     * group, then flush the producer. */
+    /* Drained (or timed out): flush the producer (the reports still to
+     * come store their offsets), then close the consumer, which commits
+     * the stored offsets (only those with nothing pending below them) and
+     * leaves the group. */
     rc = 0;
 out:;
     close_watchdog cw = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,

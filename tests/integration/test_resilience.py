@@ -935,6 +935,37 @@ def test_a_repair_starts_before_the_retry_jobs_delivery_report(control_stack):
     assert "delivery to" not in log, log[-2000:]
 
 
+def committed_behind(stack, topic="retort.jobs", group="retort-test"):
+    """{partition: (committed, end)} of the partitions whose committed
+    offset is behind the end of the topic."""
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=stack.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))]
+        ends = c.end_offsets(parts)
+        return {tp.partition: (c.committed(tp), ends[tp]) for tp in parts if (c.committed(tp) or 0) < ends[tp]}
+    finally:
+        c.close()
+
+
+def test_reports_that_come_after_the_drain_still_commit_their_offsets(control_stack):
+    """Past worker.drain_timeout_ms the worker closes its Kafka clients:
+    the delivery reports still to come arrive in the producer's flush.
+    The consumer was closed before that flush, so the offsets those
+    reports stored were never committed, and the next worker read the
+    jobs again and produced their events a second time.  The producer is
+    flushed first now, then the consumer's close commits."""
+    stack = control_stack
+    ids = [uid("lateflush") for _ in range(8)]
+    stack.produce_jobs([job(j) for j in ids])
+    # the jobs are on the topic: the next produce request is the worker's
+    stack.kafka_control("delay 1 Produce 4000")
+    w = stack.start_worker("--set", "worker.drain_timeout_ms=300")
+    stack.wait_outcomes(ids, timeout=60)   # on the topic, their reports not yet back
+    stack.stop_worker(w)
+    assert committed_behind(stack) == {}
+
+
 def delivery_gauges(port, want_final):
     """(jobs in slots, jobs waiting for their reports, final events counted)
     once every job has left and want_final final events are counted, or
