@@ -47,7 +47,8 @@ struct kafka_io {
      * polls when nothing else did for a third of the interval: an idle
      * worker just drains; one that holds a message (full for long: an LLM
      * outage) or is paused (Redis down) first pauses the partitions, so
-     * the poll keeps the membership and fetches nothing. */
+     * the poll keeps the membership and fetches nothing.  Until then, the
+     * timer serves the queue once a second (serve_once): rebalances. */
     uv_timer_t keepalive;
     uint64_t last_poll_ms;
     uint64_t keepalive_ms;
@@ -387,16 +388,48 @@ void kafka_io_poll(kafka_io *k) {
 
 int kafka_io_holding(const kafka_io *k) { return k->held_n > 0; }
 
+/* While full (or paused), the queue is served once a second all the same.
+ * librdkafka queues a rebalance (and a consumer error) behind the messages
+ * the worker does not take, and wakes the loop only when the queue was
+ * empty: a rebalance waited for a job slot to free, which in an LLM outage
+ * or with slow calls and few slots took as long as the keepalive, and the
+ * whole group stood still meanwhile.  One poll serves what is ahead of
+ * the first message (librdkafka drops the messages of the partitions it
+ * pauses for a rebalance) and holds that message: one a second at most. */
+#define KAFKA_IO_SERVE_MS 1000
+
+static void serve_once(kafka_io *k) {
+    k->draining = 1;
+    /* not a poll for last_poll_ms: full that long, the keepalive still
+     * pauses the fetch, or the held messages would grow by one a second
+     * for as long as the worker stays full */
+    rd_kafka_message_t *msg = rd_kafka_consumer_poll(k->consumer, 0);
+    if (msg) {
+        if (msg->err || k->stopped) {
+            if (msg->err) consumer_error(k, msg);
+            rd_kafka_message_destroy(msg);
+        } else if (hold(k, msg, 0)) {
+            hold_failed(k, msg);
+        }
+    }
+    k->draining = 0;
+}
+
 static void keepalive_cb(uv_timer_t *t) {
     kafka_io *k = t->data;
-    if (k->draining || uv_now(k->loop) - k->last_poll_ms < k->keepalive_ms) return;
+    if (k->draining) return;
+    uint64_t idle = uv_now(k->loop) - k->last_poll_ms;
+    if (idle < k->keepalive_ms) {
+        if ((k->held_n || k->paused) && idle >= KAFKA_IO_SERVE_MS) serve_once(k);
+        return;
+    }
     if (!k->held_n && !k->paused) {
         /* Idle: nothing arrived, so nothing woke the loop to poll. */
         kafka_io_poll(k);
         return;
     }
     if (!k->paused && !k->hold_paused) {
-        log_info(NULL, 0, "full for %llu ms: pausing fetch while waiting, to stay in the group",
+        log_info(NULL, 0, "full for %llu ms: pausing fetch while waiting",
                  (unsigned long long)(uv_now(k->loop) - k->last_poll_ms));
         k->hold_paused = 1;
         if (k->assignment && k->assignment->cnt) rd_kafka_pause_partitions(k->consumer, k->assignment);
@@ -551,6 +584,7 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka
     uv_poll_start(&k->ppoll, UV_READABLE, producer_wakeup);
     k->last_poll_ms = uv_now(loop);
     uint64_t tick = k->keepalive_ms / 4 > 250 ? k->keepalive_ms / 4 : 250;
+    if (tick > KAFKA_IO_SERVE_MS) tick = KAFKA_IO_SERVE_MS;
     uv_timer_start(&k->keepalive, keepalive_cb, tick, tick);
 
     rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);

@@ -2,6 +2,7 @@
 backlog, and group members joining and leaving mid-batch lose or double
 nothing."""
 import json
+import re
 import signal
 import time
 import uuid
@@ -114,6 +115,39 @@ def test_full_for_longer_than_max_poll_interval_stays_in_group(stack):
     assert "maximum poll interval" not in log
     assert "revoked" not in log
     assert stack.stop_worker(w) == 0
+
+
+def test_a_full_worker_takes_part_in_a_rebalance_at_once(stack):
+    """A worker full (one slot, its call slow) holds the next message and
+    leaves the rest in librdkafka's queue, where a rebalance waits behind
+    them with no wakeup: it was served only when the slot freed.  A member
+    joining meanwhile got every partition after the full one's session
+    timed out, and the full one, never told, still took itself for their
+    owner.  Now the queue is served every second while full: the full
+    worker gives its partitions back and the two share them, while its
+    call is still running."""
+    a = stack.start_worker("--set", "llm.max_inflight=1", "--set", "worker.max_jobs=1",
+                           "--set", "worker.max_delivering=1", "--set", "llm.timeout_ms=60000", name="a")
+    ids = ["full-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(4)]
+    stack.produce_jobs([job(j, directive="latency_ms=25000") for j in ids])
+    deadline = time.time() + 30
+    while stack.llm_stats()["in_flight"] < 1:
+        assert time.time() < deadline, "no call began"
+        time.sleep(0.1)
+    b = stack.start_worker("--set", "llm.max_inflight=1", "--set", "worker.max_jobs=1",
+                           "--set", "worker.max_delivering=1", "--set", "llm.timeout_ms=60000", name="b")
+    deadline = time.time() + 40
+    while not re.search(r"assigned [1-9][0-9]* partition", stack.worker_log("b")):
+        assert time.time() < deadline, "b was given no partition"
+        time.sleep(0.2)
+    # a's first call (25 s) is still running: no slot of a freed meanwhile
+    assert not stack.outcomes(), "a's first job ended before b got partitions"
+    assert "revoked" in stack.worker_log("a")
+    stack.wait_log("a", "assigned", count=2)
+    got = [int(n) for n in re.findall(r"assigned ([0-9]+) partition", stack.worker_log("b"))]
+    assert got[-1] < 4, got
+    check_exactly_once(stack, ids)
+    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
 
 
 def _wait_log(stack, name, text, count=1, timeout=30):
