@@ -398,20 +398,24 @@ int kafka_io_holding(const kafka_io *k) { return k->held_n > 0; }
  * pauses for a rebalance) and holds that message: one a second at most. */
 #define KAFKA_IO_SERVE_MS 1000
 
+/* A message polled while full: held behind the others, or dropped (an
+ * error, or the worker stopped). */
+static void hold_polled(kafka_io *k, rd_kafka_message_t *msg) {
+    if (msg->err || k->stopped) {
+        if (msg->err) consumer_error(k, msg);
+        rd_kafka_message_destroy(msg);
+    } else if (hold(k, msg, 0)) {
+        hold_failed(k, msg);
+    }
+}
+
 static void serve_once(kafka_io *k) {
     k->draining = 1;
     /* not a poll for last_poll_ms: full that long, the keepalive still
      * pauses the fetch, or the held messages would grow by one a second
      * for as long as the worker stays full */
     rd_kafka_message_t *msg = rd_kafka_consumer_poll(k->consumer, 0);
-    if (msg) {
-        if (msg->err || k->stopped) {
-            if (msg->err) consumer_error(k, msg);
-            rd_kafka_message_destroy(msg);
-        } else if (hold(k, msg, 0)) {
-            hold_failed(k, msg);
-        }
-    }
+    if (msg) hold_polled(k, msg);
     k->draining = 0;
 }
 
@@ -438,14 +442,7 @@ static void keepalive_cb(uv_timer_t *t) {
      * that was already on its way) waits behind the held ones. */
     k->draining = 1;
     rd_kafka_message_t *msg;
-    while ((msg = consumer_poll(k))) {
-        if (msg->err || k->stopped) {
-            if (msg->err) consumer_error(k, msg);
-            rd_kafka_message_destroy(msg);
-        } else if (hold(k, msg, 0)) {
-            hold_failed(k, msg);
-        }
-    }
+    while ((msg = consumer_poll(k))) hold_polled(k, msg);
     k->draining = 0;
 }
 
