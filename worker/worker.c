@@ -1143,8 +1143,17 @@ static void finish_retry_timer(uv_timer_t *t) { record_attempt(t->data); }
 
 /* ---- the decision ------------------------------------------------------- */
 
+static void conclude(wjob *j, long retry_after_ms, int should_retry);
+
 static void backoff_timer(uv_timer_t *t) {
     wjob *j = t->data;
+    /* Past the deadline after the backoff: no call (it was let through
+     * when the backoff began, and paid for after the deadline).  Decided
+     * again, the deadline ends the job with what the last call gave. */
+    if (j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms) {
+        conclude(j, -1, 1);
+        return;
+    }
     j->tries++;
     call_llm(j);
 }
@@ -1429,6 +1438,19 @@ static void call_failed(wjob *j, const char *why) {
 
 static void submit_now(wjob *j) {
     worker *w = j->w;
+    /* The deadline again: a wait at the gate (a lane's Retry-After pause)
+     * or for rate tokens can take a job past it, and the call would be
+     * paid for and its answer come out as final. */
+    if (j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms) {
+        free(j->body);
+        j->body = NULL;
+        rate_settle(j, 0, 0);
+        gate_leave(j, 0, -1);
+        j->cat = DECIDE_CAT_BUDGET;
+        util_concat(j->error, sizeof(j->error), "deadline passed", (char *)NULL);
+        conclude(j, -1, -1);
+        return;
+    }
     char *body = j->body;
     j->body = NULL;
     if (!body || llm_client_submit(w->llm, j->job.job_id, j->job.attempt, body, j->body_len, on_llm_done, j, &j->call))

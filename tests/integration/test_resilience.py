@@ -1130,6 +1130,31 @@ def test_token_budget_and_deadline(stack):
     assert "%s:1" % b not in stack.llm_stats()["calls"]
 
 
+def test_no_call_is_made_past_the_deadline_after_a_wait(stack):
+    """The deadline was checked when an attempt began, not after the waits
+    that come before a call: a transient failure's backoff (here a 429's
+    Retry-After of 6 s, past a deadline 2.5 s away) and the model's lane
+    paused by it.  The call after the wait was paid for and its answer
+    came out final."""
+    w = stack.start_worker("--set", "llm.backoff_max_ms=6000")   # the stack's 2 s cap would end the waits early
+    stack.wait_log(w.name, "assigned")     # the group's first join takes 3 s
+    a, b = uid("late-backoff"), uid("late-gate")
+    soon = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2.5))
+    deadline = soon.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (soon.microsecond // 1000)
+    # a: its one call fails (429, retry in 6 s); b: waits out the lane's
+    # pause, which a's Retry-After set, sent right after it
+    stack.produce_jobs([job(a, directive="http=429 times=1 retry_after=6", deadline=deadline)])
+    wait_called(stack, a, 1)
+    stack.produce_jobs([job(b, deadline=deadline)])
+    stack.wait_outcomes([a, b])
+    escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
+    assert escs[a]["category"] == "budget" and "deadline passed on attempt 1" in escs[a]["reason"], escs.get(a)
+    assert escs[b]["category"] == "budget" and "deadline passed" in escs[b]["reason"], escs.get(b)
+    calls = stack.llm_stats()["calls"]
+    assert calls.get("%s:1" % a) == 1 and "%s:1" % b not in calls, calls
+    assert not [m for m in stack.consume("retort.final") if m["value"]["job_id"] in (a, b)]
+
+
 def test_per_schema_max_attempts(stack, tmp_path):
     # a copy of product.v1 with "x-retort": {"max_attempts": 2}
     src = json.load(open(os.path.join(BUILD, "..", "schemas", "output", "product.v1.json")))
