@@ -1281,7 +1281,18 @@ typedef struct cctx {
     int failed;
     char *err;
     size_t errlen;
+    /* Each node keeps its location, a JSON pointer, whole (and each
+     * keyword's): long property names nested over many nodes made a
+     * 64 KB schema 250 MB compiled.  The pointers indexed are bounded by
+     * the names they are made of (loc_bytes against name_bytes). */
+    size_t loc_bytes, name_bytes;
 } cctx;
+
+/* Locations may take LOC_RATIO times the bytes of the names they are
+ * made of, past LOC_SLACK: the bytes of a location over those of its own
+ * name are about its depth, and a schema 60 deep stays within it. */
+#define LOC_SLACK (8u << 20)
+#define LOC_RATIO 64
 
 static void cfail(cctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void cfail(cctx *c, const char *fmt, ...)
@@ -1326,11 +1337,28 @@ static char *tmp_printf(cctx *c, const char *fmt, ...)
 }
 
 /* JSON Pointer escaping of one token into the tmp arena. */
+/* Counts a location of len bytes made by a name of name_len bytes: 0, or
+ * -1 (failed) past the bound. */
+static int loc_count(cctx *c, size_t len, size_t name_len)
+{
+    c->loc_bytes += len;
+    c->name_bytes += name_len + 8; /* its quotes, colon, braces */
+    if (c->loc_bytes > LOC_SLACK && c->loc_bytes / LOC_RATIO > c->name_bytes) {
+        cfail(c, "schema too large compiled: the locations (JSON pointers) of its subschemas take %zu MB "
+                 "for %zu KB of names (long property names nested under many subschemas)",
+              c->loc_bytes >> 20, c->name_bytes >> 10);
+        return -1;
+    }
+    return 0;
+}
+
 static char *ptr_join(cctx *c, const char *base, const char *tok)
 {
     size_t bl = strlen(base), extra = 0;
     for (const char *t = tok; *t; t++)
         extra += (*t == '~' || *t == '/') ? 2 : 1;
+    if (loc_count(c, bl + extra + 2, strlen(tok)))
+        return NULL;
     char *p = arena_alloc(&c->tmp, bl + extra + 2);
     if (!p) {
         cfail(c, "out of memory");
@@ -1496,8 +1524,11 @@ static int index_node(cctx *c, const cJSON *js, cres *res, dialect d, const char
         } else if (in_list(SUBSCHEMA_ARRAY, k) && cJSON_IsArray(m)) {
             char *p = ptr_join(c, ptr, k);
             int i = 0;
-            for (const cJSON *e = m->child; e && p; e = e->next, i++)
-                index_node(c, e, res, d, tmp_printf(c, "%s/%d", p, i), 0, depth + 1);
+            for (const cJSON *e = m->child; e && p && !c->failed; e = e->next, i++) {
+                char *ep = tmp_printf(c, "%s/%d", p, i);
+                if (ep && !loc_count(c, strlen(ep), 0))
+                    index_node(c, e, res, d, ep, 0, depth + 1);
+            }
         } else if (in_list(SUBSCHEMA_MAP, k) && cJSON_IsObject(m)) {
             char *p = ptr_join(c, ptr, k);
             for (const cJSON *e = m->child; e && p; e = e->next)
