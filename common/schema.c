@@ -722,13 +722,87 @@ static int decimal_fast(double x, decimal *out)
     return -1;
 }
 
-/* Is x an integer multiple of m (m given as decimal too)? */
-NOINLINE static int is_multiple(double x, double m, const decimal *md)
+/* 10^e mod m */
+static unsigned __int128 pow10_mod(unsigned long long e, uint64_t m)
+{
+    unsigned __int128 base = 10 % m, acc = 1 % m;
+    while (e) {
+        if (e & 1)
+            acc = acc * base % m;
+        base = base * base % m;
+        e >>= 1;
+    }
+    return acc;
+}
+
+/* Is the number written as text (JSON's grammar, any number of digits) a
+ * multiple of md, exactly?  -1 when text is no such number. */
+static int multiple_of_text(const char *text, const decimal *md)
+{
+    if (!md->mant)
+        return -1;
+    const char *p = text + (*text == '-');
+    unsigned __int128 r = 0; /* the digits but trailing zeros, mod mant */
+    long long exp = 0, zeros = 0;
+    int dot = 0, digits = 0;
+    for (; *p && *p != 'e' && *p != 'E'; p++) {
+        if (*p == '.') {
+            dot = 1;
+            continue;
+        }
+        if (*p < '0' || *p > '9')
+            return -1;
+        digits++;
+        exp -= dot;
+        if (*p == '0') {
+            zeros++;
+            continue;
+        }
+        for (; zeros; zeros--)
+            r = r * 10 % md->mant;
+        r = (r * 10 + (unsigned)(*p - '0')) % md->mant;
+    }
+    if (!digits)
+        return -1;
+    exp += zeros; /* trailing zeros: a power of ten */
+    if (*p) {
+        int neg = p[1] == '-';
+        const char *q = p + 1 + (p[1] == '-' || p[1] == '+');
+        long long e = 0;
+        if (!*q)
+            return -1;
+        for (; *q; q++) {
+            if (*q < '0' || *q > '9')
+                return -1;
+            if (e < 1000000000)
+                e = e * 10 + (*q - '0');
+        }
+        exp += neg ? -e : e;
+    }
+    long long e = exp - md->exp;
+    if (e < 0)
+        return 0; /* the digits end in no 0, so 10^-e divides them not */
+    return r * pow10_mod((unsigned long long)e, md->mant) % md->mant == 0;
+}
+
+/* Is x an integer multiple of m (m given as decimal too)?  text: x as
+ * written, or NULL. */
+NOINLINE static int is_multiple(double x, const char *text, double m, const decimal *md)
 {
     if (x == 0)
         return 1;
     if (is_integral(x) && is_integral(m) && fabs(x) < 9e15 && m < 9e15)
         return fmod(x, m) == 0;
+    if (!(fabs(x) < 9e15)) {
+        /* Past 2^53 the double is not the number written: its shortest
+         * decimal made 2^60, written in full, 1152921504606847e3, which no
+         * 16 divides.  The text as written, exactly. */
+        int r = text ? multiple_of_text(text, md) : -1;
+        if (r >= 0)
+            return r;
+        if (is_integral(x) && is_integral(m))
+            return fmod(x, m) == 0; /* exact for doubles */
+    }
     if (md->mant == 1 && md->exp < 0 && md->exp >= -17) {
         /* m = 10^-K (0.01): when x * 10^K rounds back to x, the shortest
          * decimal of x (what decimal_fast finds) has at most K decimals */
@@ -749,15 +823,7 @@ NOINLINE static int is_multiple(double x, double m, const decimal *md)
     if (md->mant == 1)
         return 1; /* m is a power of ten (0.01): x has no more decimals */
     unsigned __int128 r = xd.mant % md->mant;
-    unsigned __int128 base = 10 % md->mant, acc = 1 % md->mant;
-    unsigned int k = (unsigned int)e;
-    while (k) {
-        if (k & 1)
-            acc = acc * base % md->mant;
-        base = base * base % md->mant;
-        k >>= 1;
-    }
-    return r * acc % md->mant == 0;
+    return r * pow10_mod((unsigned long long)e, md->mant) % md->mant == 0;
 }
 
 /* UTF-8: validates and counts code points.  -1 when invalid. */
@@ -3759,7 +3825,7 @@ NOINLINE static int kw_numbers(vctx *c, const node *n, int k, const cJSON *inst)
         return report_bound(c, n, k, SCHEMA_OUT_OF_RANGE, inst,
                             MPL(" must be less than "));
     default: /* K_MULTIPLE_OF */
-        if (is_multiple(x, n->multiple_of, &n->multiple_dec))
+        if (is_multiple(x, inst->valuestring, n->multiple_of, &n->multiple_dec))
             return 1;
         return report_bound(c, n, k, SCHEMA_NOT_MULTIPLE, inst,
                             MPL(" is not a multiple of "));
@@ -3968,8 +4034,9 @@ fail:
     return 0;
 }
 
-static inline int num_fast(const node *n, uint64_t m, double x)
+static inline int num_fast(const node *n, uint64_t m, const cJSON *inst)
 {
+    double x = inst->valuedouble;
     if ((m & KB(K_MAXIMUM)) && !(x <= n->maximum))
         return 0;
     if ((m & KB(K_MINIMUM)) && !(x >= n->minimum))
@@ -3978,7 +4045,7 @@ static inline int num_fast(const node *n, uint64_t m, double x)
         return 0;
     if ((m & KB(K_XMINIMUM)) && !(x > n->xminimum))
         return 0;
-    if ((m & KB(K_MULTIPLE_OF)) && !is_multiple(x, n->multiple_of, &n->multiple_dec))
+    if ((m & KB(K_MULTIPLE_OF)) && !is_multiple(x, inst->valuestring, n->multiple_of, &n->multiple_dec))
         return 0;
     return 1;
 }
@@ -4010,7 +4077,7 @@ static inline __attribute__((always_inline)) int leaf_fast(vctx *c, const node *
         return 0;
     switch (JT(inst)) {
     case cJSON_String: return (m & KM_STR) ? str_fast(c, n, m, inst) : 1;
-    case cJSON_Number: return (m & KM_NUM) ? num_fast(n, m, inst->valuedouble) : 1;
+    case cJSON_Number: return (m & KM_NUM) ? num_fast(n, m, inst) : 1;
     case cJSON_Array:
     case cJSON_Object: return (m & KM_CNT) ? cnt_fast(n, m, inst) : 1;
     default: return 1;

@@ -1579,6 +1579,47 @@ static void cli_not_json(const char *schema_path, const char *name, const char *
     cJSON_Delete(l);
 }
 
+/* multipleOf past 2^53, where a double is no longer the number written:
+ * its shortest decimal made 2^60 (written in full) 1152921504606847e3,
+ * which no 16 divides.  Read by jsonin (the worker's reader), the text is
+ * taken as written, exactly; read by cJSON, the double's exact value. */
+static void test_multiple_of_large_numbers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *schema, *inst;
+        int valid_text, valid_double;
+    } cases[] = {
+        { "{\"multipleOf\":16}", "1152921504606846976", 1, 1 },         /* 2^60 */
+        { "{\"multipleOf\":4096}", "9223372036854775808", 1, 1 },       /* 2^63 */
+        { "{\"multipleOf\":13}", "14987979559889010688", 1, 1 },        /* 13 * 2^60 */
+        { "{\"multipleOf\":2}", "9007199254740993", 0, 1 },             /* 2^53 + 1: odd */
+        { "{\"multipleOf\":3}", "100000000000000000000000000000002", 1, 0 },
+        { "{\"multipleOf\":7}", "1e400", 0, 0 },
+        { "{\"multipleOf\":10}", "1e400", 1, 0 },
+        { "{\"multipleOf\":0.5}", "123456789012345678.5", 1, 1 },
+        { "{\"multipleOf\":0.5}", "12345678901234567890.25", 0, 1 },
+        { "{\"multipleOf\":1e-3}", "-9.0071992547409930e15", 1, 1 },
+        { "{\"multipleOf\":25}", "1.0000000000000000000000000075e28", 1, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        schema *s = compile_text(cases[i].schema, NULL);
+        size_t err_at = 0;
+        cJSON *inst = jsonin_parse_all(cases[i].inst, strlen(cases[i].inst), &err_at);
+        assert_non_null(inst);
+        int r = schema_validate(s, inst, NULL);
+        if (r != !cases[i].valid_text)
+            fail_msg("%s on %s as written: %d", cases[i].schema, cases[i].inst, r);
+        jsonin_free(inst);
+        inst = cJSON_Parse(cases[i].inst);
+        r = schema_validate(s, inst, NULL);
+        if (r != !cases[i].valid_double)
+            fail_msg("%s on %s as a double: %d", cases[i].schema, cases[i].inst, r);
+        cJSON_Delete(inst);
+        schema_free(s);
+    }
+}
+
 /* A number of an instance read by jsonin (the worker's reader keeps its
  * text) shows in the violation as written, not through a double:
  * 12345678901234567890 would read 1.2345678901234567e+19 and 1e400 would
@@ -2024,6 +2065,7 @@ int main(void)
         cmocka_unit_test(test_actual_truncated),
         cmocka_unit_test(test_compile_errors),
         cmocka_unit_test(test_location_amplification),
+        cmocka_unit_test(test_multiple_of_large_numbers),
         cmocka_unit_test(test_registry_remote_ref),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
