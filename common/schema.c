@@ -1371,6 +1371,7 @@ static void cfail(cctx *c, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->err, c->errlen, fmt, ap);
         va_end(ap);
+        util_utf8_cut_end(c->err); /* cut inside a name, it was no UTF-8 */
     }
 }
 
@@ -3659,6 +3660,9 @@ static int limit(vctx *c, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->limit_msg, sizeof c->limit_msg, fmt, ap);
         va_end(ap);
+        /* cut at its buffer inside a name or a pattern's character, the
+         * message made the violation, and the event, no UTF-8 */
+        util_utf8_cut_end(c->limit_msg);
     }
     return -1;
 }

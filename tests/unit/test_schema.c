@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "jsonin.h"
+#include "util.h"
 #include "jsonout.h"
 #include "schema.h"
 #include "schema_format.h"
@@ -1579,6 +1580,41 @@ static void cli_not_json(const char *schema_path, const char *name, const char *
     cJSON_Delete(l);
 }
 
+/* A limit's message names the schema's location: cut at its buffer
+ * inside a character of a name, it was no UTF-8, and neither was the
+ * event carrying it.  So was a compile error's. */
+static void test_limit_message_stays_utf8(void **state)
+{
+    (void)state;
+    char name[256] = "", sch[1024];
+    for (int i = 0; i < 100; i++)
+        strcat(name, "\xc3\xa9");
+    snprintf(sch, sizeof sch, "{\"$ref\":\"#/$defs/%s\",\"$defs\":{\"%s\":{\"items\":{\"$ref\":\"#/$defs/%s\"}}}}",
+             name, name, name);
+    char *inst = malloc(1201);
+    memset(inst, '[', 600);
+    memset(inst + 600, ']', 600);
+    inst[1200] = '\0';
+    schema *s = compile_text(sch, NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, inst, &v), -1);
+    assert_true(v.count >= 1);
+    assert_non_null(strstr(v.items[0].message, "\xc3\xa9"));
+    assert_true(util_utf8_valid(v.items[0].message, strlen(v.items[0].message)));
+    schema_violations_clear(&v);
+    schema_free(s);
+    free(inst);
+    /* a compile error naming the location, into a short buffer */
+    snprintf(sch, sizeof sch, "{\"properties\":{\"%s\":{\"multipleOf\":0}}}", name);
+    cJSON *doc = cJSON_Parse(sch);
+    char err[64];
+    for (size_t len = 20; len <= sizeof err; len++) {
+        assert_null(schema_compile(NULL, doc, NULL, err, len));
+        assert_true(util_utf8_valid(err, strlen(err)));
+    }
+    cJSON_Delete(doc);
+}
+
 /* multipleOf past 2^53, where a double is no longer the number written:
  * its shortest decimal made 2^60 (written in full) 1152921504606847e3,
  * which no 16 divides.  Read by jsonin (the worker's reader), the text is
@@ -2066,6 +2102,7 @@ int main(void)
         cmocka_unit_test(test_compile_errors),
         cmocka_unit_test(test_location_amplification),
         cmocka_unit_test(test_multiple_of_large_numbers),
+        cmocka_unit_test(test_limit_message_stays_utf8),
         cmocka_unit_test(test_registry_remote_ref),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
