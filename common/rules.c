@@ -416,6 +416,12 @@ static int compile_rule(rule *ru, const char *prefix, size_t i, const cJSON *spe
             snprintf(err, errlen, "%s.%s: unknown field for a %s rule", at, k, ru->type_name);
             goto out;
         }
+        /* Read by name, the first would win and the second go unseen. */
+        for (const cJSON *g = spec->child; g != f; g = g->next)
+            if (g->string && !strcmp(g->string, k)) {
+                snprintf(err, errlen, "%s.%s: given twice", at, k);
+                goto out;
+            }
     }
 
     size_t kwlen = strlen(prefix) + strlen(ru->type_name) + 32;
@@ -790,6 +796,60 @@ static void check_length(check_ctx *c, const rule *ru, const cJSON *v)
             ru->max == 1 ? "" : "s", n);
 }
 
+/* Rule ru on v, the value at its pointer (NULL: none). */
+static void check_value(check_ctx *c, const rule *ru, const cJSON *v, sbuf *path)
+{
+    switch (ru->type) {
+    case RT_FORBID:
+        if (v) {
+            path_pop(path, 0);
+            sbuf_puts(path, ru->pointer);
+            forbid_walk(c, ru, v, path);
+        }
+        break;
+    case RT_MATCH:
+    case RT_NOT_MATCH:
+        check_regex(c, ru, v);
+        break;
+    case RT_NOT_EMPTY:
+        check_not_empty(c, ru, v);
+        break;
+    case RT_LENGTH:
+        check_length(c, ru, v);
+        break;
+    }
+}
+
+/* Checks every value at the pointer whose decoded tokens, left of them,
+ * start at toks (each NUL-terminated): a member named twice (jsonin keeps
+ * both, as the schema checks both) is checked each time.  Checked once,
+ * the first, a model could pass {"sku":"ok","sku":"TEST-1"} by a
+ * must_not_match on /sku, and a consumer's JSON.parse keeps the last.
+ * Returns how many values there were. */
+static size_t check_each(check_ctx *c, const rule *ru, const cJSON *cur, const char *toks, int left, sbuf *path)
+{
+    if (!left) {
+        check_value(c, ru, cur, path);
+        return 1;
+    }
+    const char *next = toks + strlen(toks) + 1;
+    size_t n = 0;
+    if (cJSON_IsObject(cur)) {
+        for (const cJSON *m = cur->child; m; m = m->next)
+            if (m->string && !strcmp(m->string, toks))
+                n += check_each(c, ru, m, next, left - 1, path);
+    } else if (cJSON_IsArray(cur)) {
+        size_t idx;
+        const cJSON *it = NULL;
+        if (array_index(toks, &idx))
+            for (it = cur->child; it && idx; it = it->next)
+                idx--;
+        if (it)
+            n = check_each(c, ru, it, next, left - 1, path);
+    }
+    return n;
+}
+
 size_t rules_check(const rules *r, const cJSON *output, cJSON *violations)
 {
     if (!r || !cJSON_IsArray(violations))
@@ -798,27 +858,20 @@ size_t rules_check(const rules *r, const cJSON *output, cJSON *violations)
     sbuf path = { 0 };
     for (size_t i = 0; i < r->n; i++) {
         const rule *ru = &r->items[i];
-        const cJSON *v = rules_pointer_get(output, ru->pointer);
         c.rule_added = 0;
-        switch (ru->type) {
-        case RT_FORBID:
-            if (v) {
-                path_pop(&path, 0);
-                sbuf_puts(&path, ru->pointer);
-                forbid_walk(&c, ru, v, &path);
+        /* the pointer's tokens, decoded, one after the other */
+        char *toks = output ? malloc(strlen(ru->pointer) + 1) : NULL;
+        int ntok = 0;
+        if (toks) {
+            char *w = toks;
+            for (const char *p = ru->pointer; *p == '/'; ntok++) {
+                p = pointer_token(p + 1, w);
+                w += strlen(w) + 1;
             }
-            break;
-        case RT_MATCH:
-        case RT_NOT_MATCH:
-            check_regex(&c, ru, v);
-            break;
-        case RT_NOT_EMPTY:
-            check_not_empty(&c, ru, v);
-            break;
-        case RT_LENGTH:
-            check_length(&c, ru, v);
-            break;
         }
+        if (!toks || !check_each(&c, ru, output, toks, ntok, &path))
+            check_value(&c, ru, NULL, &path);
+        free(toks);
     }
     sbuf_free(&path);
     pcre2_match_data_free(c.md);

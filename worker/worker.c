@@ -2217,6 +2217,30 @@ static int http_handle(void *ud, const char *method, const char *path, sbuf *bod
     return 404;
 }
 
+/* A file of JSON the worker is configured with (a schema, the rules),
+ * read as strictly as a job is (one value and nothing after it, no
+ * \u0000, UTF-8), then as a cJSON tree the caller owns.  cJSON alone took
+ * "[A]\n[B]" for [A] and cut a forbidden phrase at "\u0000".  NULL with
+ * why set. */
+static cJSON *read_json_file(const char *path, char *why, size_t whylen) {
+    size_t len = 0, err_at = 0;
+    char *text = util_read_file(path, &len);
+    cJSON *doc = NULL;
+    if (!text) {
+        snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    cJSON *strict = util_utf8_valid(text, len) ? jsonin_parse_all(text, len, &err_at) : NULL;
+    if (!strict)
+        snprintf(why, whylen, "%s is not JSON%s (at byte %zu)", path,
+                 util_utf8_valid(text, len) ? "" : " in UTF-8", err_at);
+    else if (!(doc = cJSON_ParseWithLength(text, len)))
+        snprintf(why, whylen, "out of memory reading %s", path);
+    jsonin_free(strict);
+    free(text);
+    return doc;
+}
+
 static int load_schemas(worker *w, char *err, size_t errlen) {
     const char *dir = config_get(w->cfg, "schemas.dir");
     const char *env = config_get(w->cfg, "schemas.envelopes");
@@ -2228,17 +2252,8 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
     if (schema_registry_load_dir(w->reg, env, "https://retort.dev/schemas/", err, errlen)) return -1;
     char path[2048];
     snprintf(path, sizeof(path), "%s/job.schema.json", env);
-    char *text = util_read_file(path, NULL);
-    if (!text) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    if (!doc) {
-        snprintf(err, errlen, "%s is not JSON", path);
-        return -1;
-    }
+    cJSON *doc = read_json_file(path, err, errlen);
+    if (!doc) return -1;
     char inner[512];
     w->envelope = schema_compile(w->reg, doc, &w->sopts, inner, sizeof(inner));
     cJSON_Delete(doc);
@@ -2256,11 +2271,9 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
         size_t len = strlen(de->d_name);
         if (len < 6 || strcmp(de->d_name + len - 5, ".json")) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        if (!(text = util_read_file(path, NULL))) continue;
-        cJSON *sd = cJSON_Parse(text);
-        free(text);
+        if (access(path, R_OK)) continue;
+        cJSON *sd = read_json_file(path, err, errlen);
         if (!sd) {
-            snprintf(err, errlen, "%s is not JSON", path);
             closedir(d);
             return -1;
         }
@@ -2294,17 +2307,11 @@ static int load_schemas(worker *w, char *err, size_t errlen) {
     log_info(NULL, 0, "loaded %zu output schema(s) from %s", w->nschemas, dir);
     const char *rules_file = config_get(w->cfg, "rules.file");
     if (rules_file && rules_file[0]) {
-        if (!(text = util_read_file(rules_file, NULL))) {
-            snprintf(err, errlen, "rules.file %s: %s", rules_file, strerror(errno));
-            return -1;
-        }
-        cJSON *spec = cJSON_Parse(text);
-        free(text);
-        int parsed = spec != NULL;
-        w->global_rules = parsed ? rules_compile_prefix(spec, "rules", inner, sizeof(inner)) : NULL;
+        cJSON *spec = read_json_file(rules_file, inner, sizeof(inner));
+        w->global_rules = spec ? rules_compile_prefix(spec, "rules", inner, sizeof(inner)) : NULL;
         cJSON_Delete(spec);
         if (!w->global_rules) {
-            snprintf(err, errlen, "rules.file %s: %s", rules_file, parsed ? inner : "not JSON");
+            snprintf(err, errlen, "rules.file %s: %s", rules_file, inner);
             return -1;
         }
     }

@@ -59,6 +59,24 @@ def test_bad_rules_file_is_a_clear_error(stack, tmp_path):
     w = stack.start_worker("--set", "rules.file=%s" % rules)
     assert w.wait(20) != 0
     assert "rules[0].regex" in stack.worker_log(w.name)
+    # read as strictly as a job: a second value after the first was left
+    # out unseen, and a phrase was cut at \u0000 (forbidding "bad" whole)
+    one = [{"type": "must_match", "pointer": "/a", "regex": "^x$"}]
+    rules.write_text(json.dumps(one) + "\n" + json.dumps(one))
+    w = stack.start_worker("--set", "rules.file=%s" % rules, name="two-values")
+    assert w.wait(20) != 0
+    assert "rules.file %s: %s is not JSON" % (rules, rules) in stack.worker_log(w.name)
+    rules.write_text('[{"type": "forbid_phrases", "phrases": ["bad\\u0000word"]}]')
+    w = stack.start_worker("--set", "rules.file=%s" % rules, name="nul")
+    assert w.wait(20) != 0
+    assert "is not JSON" in stack.worker_log(w.name)
+    # and so is an output schema
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "x.v1.json").write_text('{"type": "object"} {"type": "string"}')
+    w = stack.start_worker("--set", "schemas.dir=%s" % out, name="schema")
+    assert w.wait(20) != 0
+    assert "x.v1.json is not JSON" in stack.worker_log(w.name)
 
 
 class CapturingLLM(http.server.BaseHTTPRequestHandler):

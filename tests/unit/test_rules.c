@@ -353,6 +353,32 @@ static void expect_error(const char *spec, const char *want)
     cJSON_Delete(doc);
 }
 
+/* A member named twice (jsonin keeps both; a consumer's JSON.parse keeps
+ * the last) is checked each time, at every level of the pointer: only the
+ * first was, and the second passed a forbidden value. */
+static void test_members_named_twice(void **state)
+{
+    (void)state;
+    rules *r = compile("[{\"type\":\"must_not_match\",\"pointer\":\"/sku\",\"regex\":\"^TEST-\"},"
+                       "{\"type\":\"not_empty\",\"pointer\":\"/summary\"},"
+                       "{\"type\":\"length\",\"pointer\":\"/o/tags\",\"max\":2},"
+                       "{\"type\":\"forbid_phrases\",\"pointer\":\"/o/note\",\"phrases\":[\"lorem\"]}]");
+    cJSON *v = run(r, "{\"sku\":\"ABC-1234\",\"sku\":\"TEST-0001\",\"summary\":\"ok\",\"summary\":\"\","
+                      "\"o\":{\"tags\":[1]},\"o\":{\"tags\":[1],\"tags\":[1,2,3],\"note\":\"lorem ipsum\"}}");
+    assert_shape(v);
+    assert_non_null(find(v, "FORBIDDEN_PATTERN", "/sku"));
+    assert_non_null(find(v, "EMPTY_VALUE", "/summary"));
+    assert_non_null(find(v, "TOO_LONG", "/o/tags"));
+    assert_non_null(find(v, "FORBIDDEN_PHRASE", "/o/note"));
+    assert_int_equal(cJSON_GetArraySize(v), 4);
+    cJSON_Delete(v);
+    /* once, as ever, when the member is there once, or not at all */
+    v = run(r, "{\"sku\":\"ABC-1\",\"o\":{\"tags\":[]}}");
+    assert_int_equal(cJSON_GetArraySize(v), 1); /* /summary missing */
+    cJSON_Delete(v);
+    rules_free(r);
+}
+
 static void test_bad_specs(void **state)
 {
     (void)state;
@@ -360,6 +386,9 @@ static void test_bad_specs(void **state)
     expect_error("[1]", "rules[0]: must be an object");
     expect_error("[{}]", "rules[0].type");
     expect_error("[{\"type\":\"nope\"}]", "rules[0].type: unknown rule type \"nope\"");
+    /* a field given twice: the first won, unseen */
+    expect_error("[{\"type\":\"must_match\",\"pointer\":\"/a\",\"regex\":\"^x$\",\"regex\":\"^y$\"}]",
+                 "rules[0].regex: given twice");
     expect_error("[{\"type\":\"not_empty\",\"pointer\":\"/a\"},"
                  "{\"type\":\"must_match\",\"pointer\":\"/a\",\"regex\":\"(unclosed\"}]",
                  "rules[1].regex: ");
@@ -543,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_forbid_pointer_case), cmocka_unit_test(test_long_string_excerpt),
         cmocka_unit_test(test_must_match),     cmocka_unit_test(test_not_empty),
         cmocka_unit_test(test_length),         cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_members_named_twice),
         cmocka_unit_test(test_bad_specs),      cmocka_unit_test(test_catastrophic_regex),
         cmocka_unit_test(test_cap_and_nulls),  cmocka_unit_test(test_threads),
     };
