@@ -151,8 +151,9 @@ $(BUILD)/jsts-runner: $(BUILD)/tests/jsts_runner.o $(BUILD)/libretort_common.a
 
 # test_state fails some of our own code's reallocs, as out of memory would;
 $(BUILD)/test_state $(ASAN_BUILD)/test_state: TEST_LDFLAGS := -Wl,--wrap=realloc
-# test_llm_api fails the answer's copy (strdup), as out of memory would.
-$(BUILD)/test_llm_api $(ASAN_BUILD)/test_llm_api: TEST_LDFLAGS := -Wl,--wrap=strdup
+# test_llm_api and test_config fail strdup, as out of memory would.
+$(BUILD)/test_llm_api $(ASAN_BUILD)/test_llm_api $(BUILD)/test_config $(ASAN_BUILD)/test_config: \
+    TEST_LDFLAGS := -Wl,--wrap=strdup
 
 $(BUILD)/test_%: $(BUILD)/tests/unit/test_%.o $(WORKER_OBJ) $(BUILD)/libretort_common.a
 	$(CC) $(CFLAGS) $(TEST_LDFLAGS) -o $@ $^ $(call pc,$(WORKER_PKGS) cmocka) -lm

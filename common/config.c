@@ -145,6 +145,13 @@ static int put(config *cfg, const char *key, const char *value) {
     return 0;
 }
 
+/* put, saying why when it fails (the callers print err) */
+static int put_or_say(config *cfg, const char *key, const char *value, char *err, size_t errlen) {
+    if (!put(cfg, key, value)) return 0;
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
 config *config_new(void) {
     config *cfg = calloc(1, sizeof(*cfg));
     if (!cfg) return NULL;
@@ -202,7 +209,7 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
             snprintf(err, errlen, "config key '%s': expected pricing.MODEL.input or .output = USD per million tokens", key);
             return -1;
         }
-        return put(cfg, key, value);
+        return put_or_say(cfg, key, value, err, errlen);
     }
     if (strncmp(key, "ratelimit.", 10) == 0 && !find_def(key)) {
         /* ratelimit.MODEL.rpm / ratelimit.MODEL.tpm: one model's limits
@@ -212,22 +219,20 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
         char *end;
         errno = 0;
         long long v = strtoll(value, &end, 10);
-        if (!ok || errno || end == value || *end || v < 0 || v > 1000000000) {
+        /* the bounds of ratelimit.rpm and .tpm */
+        long long max = ok && !strcmp(key + n - 4, ".rpm") ? 100000000 : 1000000000;
+        if (!ok || errno || end == value || *end || v < 0 || v > max) {
             snprintf(err, errlen, "config key '%s': expected ratelimit.MODEL.rpm or .tpm = a whole number from 0", key);
             return -1;
         }
-        if (put(cfg, key, value)) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        return 0;
+        return put_or_say(cfg, key, value, err, errlen);
     }
     if (strncmp(key, "kafka.", 6) == 0) {
         if (!key[6]) {
             snprintf(err, errlen, "config key '%s': empty librdkafka property", key);
             return -1;
         }
-        return put(cfg, key, value);
+        return put_or_say(cfg, key, value, err, errlen);
     }
     const cfg_def *d = find_def(key);
     if (!d) {

@@ -45,11 +45,45 @@ static void test_defaults_and_set(void **s) {
     assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "-1", err, sizeof(err)), 0);
     assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "many", err, sizeof(err)), 0);
     assert_int_not_equal(config_set(c, "ratelimit.rpm", "-1", err, sizeof(err)), 0);
+    /* a model's limits have the bounds of ratelimit.rpm and .tpm (its rpm
+     * took ten times as many) */
+    assert_int_not_equal(config_set(c, "ratelimit.rpm", "500000000", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "500000000", err, sizeof(err)), 0);
+    assert_int_equal(config_set(c, "ratelimit.m.rpm", "100000000", err, sizeof(err)), 0);
+    assert_int_equal(config_set(c, "ratelimit.m.tpm", "1000000000", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "ratelimit.m.tpm", "1000000001", err, sizeof(err)), 0);
     /* kafka.* goes through untouched */
     assert_int_equal(config_set(c, "kafka.linger.ms", "20", err, sizeof(err)), 0);
     assert_string_equal(config_get(c, "kafka.linger.ms"), "20");
     config_free(c);
     config_free(NULL);
+}
+
+char *__real_strdup(const char *s);
+static int fail_strdup;
+char *__wrap_strdup(const char *s) {
+    return fail_strdup ? NULL : __real_strdup(s);
+}
+
+/* Out of memory setting a key of every kind says so: some paths returned
+ * -1 with err as it was, which the callers print (a buffer of the stack,
+ * never written). */
+static void test_out_of_memory_says_so(void **s) {
+    (void)s;
+    config *c = config_new();
+    static const char *const kv[][2] = {
+        {"pricing.m.input", "1"}, {"kafka.linger.ms", "5"}, {"ratelimit.m.rpm", "5"}, {"llm.model", "x"},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        char err[256] = "stale";
+        fail_strdup = 1;
+        int rc = config_set(c, kv[i][0], kv[i][1], err, sizeof(err));
+        fail_strdup = 0;
+        assert_int_not_equal(rc, 0);
+        if (strcmp(err, "out of memory"))
+            fail_msg("%s: err \"%s\"", kv[i][0], err);
+    }
+    config_free(c);
 }
 
 static void test_file_env_precedence(void **s) {
@@ -211,6 +245,7 @@ static void test_secret_masked(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_set),
+        cmocka_unit_test(test_out_of_memory_says_so),
         cmocka_unit_test(test_file_env_precedence),
         cmocka_unit_test(test_secret_masked),
         cmocka_unit_test(test_pricing_values),
