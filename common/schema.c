@@ -1254,9 +1254,11 @@ static int load_dir_rec(schema_registry *reg, const char *dir, const char *base_
         free(text);
         if (!doc)
             continue; /* not JSON, so not a schema: a $ref to it fails later */
-        char uri[8192];
-        snprintf(uri, sizeof uri, "%s%s", base_uri, relp);
-        rc = schema_registry_add(reg, uri, doc, err, errlen);
+        char *uri = schema_uri_from_path(base_uri, relp); /* "a#b.json" is no fragment */
+        rc = uri ? schema_registry_add(reg, uri, doc, err, errlen) : -1;
+        if (!uri)
+            snprintf(err, errlen, "out of memory");
+        free(uri);
         cJSON_Delete(doc);
     }
     closedir(d);

@@ -224,3 +224,26 @@ size_t schema_uri_percent_decode(const char *src, size_t len, char *dst)
     dst[o] = '\0';
     return o;
 }
+
+char *schema_uri_from_path(const char *prefix, const char *path)
+{
+    size_t pl = strlen(prefix), n = pl;
+    for (const char *p = path; *p; p++)
+        n += *p == '?' || *p == '#' || *p == '%' ? 3 : 1;
+    char *u = malloc(n + 1), *w = u;
+    if (!u)
+        return NULL;
+    memcpy(w, prefix, pl);
+    w += pl;
+    for (const char *p = path; *p; p++) {
+        if (*p == '?' || *p == '#' || *p == '%') {
+            *w++ = '%';
+            *w++ = "0123456789ABCDEF"[(unsigned char)*p >> 4];
+            *w++ = "0123456789ABCDEF"[*p & 15];
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = '\0';
+    return u;
+}

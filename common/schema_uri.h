@@ -20,4 +20,11 @@ size_t schema_uri_base_len(const char *uri);
  * NUL-terminated).  Returns the decoded length; invalid escapes are kept. */
 size_t schema_uri_percent_decode(const char *src, size_t len, char *dst);
 
+/* prefix + path as a URI's path: the bytes that would end it or start an
+ * escape ('?', '#', '%') are %XX-escaped, so that a file in a directory
+ * named "a#b" is not "a" with a fragment.  Other bytes are kept, as the
+ * registry's keys and $refs written by hand have them.  malloc'd, NULL
+ * when out of memory. */
+char *schema_uri_from_path(const char *prefix, const char *path);
+
 #endif

@@ -126,17 +126,17 @@ static void print_line(cJSON *o)
     }
 }
 
-/* "file://" + absolute path (+ "/" for directories); caller frees. */
+/* "file://" + absolute path (+ "/" for directories), its '#', '?' and
+ * '%' escaped (a schema in "a#b/" resolved its refs in "a"); caller
+ * frees. */
 static char *file_uri(const char *path, int dir)
 {
-    char abs[PATH_MAX];
+    char abs[PATH_MAX + 1];
     if (!realpath(path, abs))
         return NULL;
-    size_t n = strlen(abs) + 16;
-    char *u = malloc(n);
-    if (u)
-        snprintf(u, n, "file://%s%s", abs, dir && abs[strlen(abs) - 1] != '/' ? "/" : "");
-    return u;
+    if (dir && abs[strlen(abs) - 1] != '/')
+        strcat(abs, "/");
+    return schema_uri_from_path("file://", abs);
 }
 
 typedef struct loaded {
@@ -322,6 +322,18 @@ int validate_cli_main(int argc, char **argv)
     }
     if (!schema_path) {
         fputs(USAGE, stderr);
+        status = 2;
+        goto done;
+    }
+    /* Standard input is read once: a second "-" (or the instance's default
+     * after a schema read from it) found it empty, and reported an
+     * instance that was never given as NOT_JSON. */
+    int stdin_uses = !strcmp(schema_path, "-") + (ninst == 0);
+    for (int i = 0; i < ninst; i++)
+        stdin_uses += !strcmp(insts[i], "-");
+    if (stdin_uses > 1) {
+        fprintf(stderr, "retort validate: standard input (-) can be read once: give the schema or the "
+                        "instances as files\n");
         status = 2;
         goto done;
     }

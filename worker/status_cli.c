@@ -92,7 +92,7 @@ int status_cli_main(int argc, char **argv) {
     char *s = jsonout_print_formatted(out);
     if (!s) {
         fprintf(stderr, "retort status: out of memory\n");
-        rc = 1;
+        rc = 2; /* 1 says the job is unknown */
         goto done;
     }
     printf("%s\n", s);

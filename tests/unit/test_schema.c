@@ -1879,9 +1879,50 @@ static void test_validate_cli(void **state)
     char *a5[] = { "validate", "--help" };
     assert_int_equal(run_cli(a5, 2, out, sizeof out), 0);
     assert_non_null(strstr(out, "usage: retort validate"));
+    /* standard input is read once: a schema from it and the default
+     * instance, or two "-", found it empty the second time and reported
+     * an instance never given as NOT_JSON (exit 1) */
+    char *a6[] = { "validate", "-" };
+    assert_int_equal(run_cli(a6, 2, out, sizeof out), 2);
+    assert_non_null(strstr(g_stderr, "standard input (-) can be read once"));
+    char *a7[] = { "validate", s, "-", "-" };
+    assert_int_equal(run_cli(a7, 4, out, sizeof out), 2);
+    assert_string_equal(out, "");
+    /* a schema in a directory whose name holds '#' or '%': its relative
+     * $ref was resolved in the directory's name cut at the '#' */
+    char dir[256], sub[300], mainp[300], inst[300];
+    snprintf(dir, sizeof dir, "%s/a#b%%25c", g_tmpdir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(sub, sizeof sub, "a#b%%25c/other.json");
+    write_file(sub, "{\"type\":\"integer\"}");
+    snprintf(sub, sizeof sub, "a#b%%25c/main.json");
+    write_file(sub, "{\"$ref\":\"other.json\"}");
+    snprintf(sub, sizeof sub, "a#b%%25c/inst.json");
+    write_file(sub, "\"x\"");
+    snprintf(mainp, sizeof mainp, "%s/main.json", dir);
+    snprintf(inst, sizeof inst, "%s/inst.json", dir);
+    char *a8[] = { "validate", mainp, inst };
+    assert_int_equal(run_cli(a8, 3, out, sizeof out), 1);
+    assert_non_null(strstr(out, "\"code\":\"WRONG_TYPE\""));
+    /* and through --ref-dir, a file named so */
+    snprintf(sub, sizeof sub, "a#b%%25c/o#t.json");
+    write_file(sub, "{\"type\":\"integer\"}");
+    write_file("reft.json", "{\"$ref\":\"https://x.test/o%23t.json\"}");
+    char reft[300];
+    snprintf(reft, sizeof reft, "%s/reft.json", g_tmpdir);
+    char *a9[] = { "validate", "--ref-dir", dir, "--ref-base", "https://x.test/", reft, inst };
+    assert_int_equal(run_cli(a9, 7, out, sizeof out), 1);
+    assert_non_null(strstr(out, "\"code\":\"WRONG_TYPE\""));
+    static const char *const in_dir[] = { "other.json", "main.json", "inst.json", "o#t.json" };
+    for (size_t i = 0; i < sizeof in_dir / sizeof in_dir[0]; i++) {
+        char p[400];
+        snprintf(p, sizeof p, "%s/%s", dir, in_dir[i]);
+        unlink(p);
+    }
+    rmdir(dir);
 
     const char *names[] = { "s.json", "defs.json", "ok.json", "bad.json", "broken.json",
-                            "badschema.json", "lax.json", "nul.json", "stdout.txt", "stderr.txt" };
+                            "badschema.json", "lax.json", "nul.json", "reft.json", "stdout.txt", "stderr.txt" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "%s/%s", g_tmpdir, names[i]);
