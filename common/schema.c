@@ -1311,9 +1311,9 @@ static regdoc *registry_find(const schema_registry *reg, const char *uri)
 typedef struct cres {
     const char *uri;
     rres *rt;
-    size_t ndyn;
-    const char *dyn_names[16];
-    const cJSON *dyn_js[16];
+    size_t ndyn, dyn_cap; /* every $dynamicAnchor of the resource: past */
+    const char **dyn_names; /* a fixed 16, the 17th on were ignored, and */
+    const cJSON **dyn_js;   /* a $dynamicRef to one took its static target */
     struct cres *next;
 } cres;
 
@@ -1578,10 +1578,24 @@ static int index_node(cctx *c, const cJSON *js, cres *res, dialect d, const char
             char *u = tmp_printf(c, "%s#%s", res->uri, a->valuestring);
             if (u && !smap_get(&c->uris, u))
                 put_uri(c, u, ci);
-            if (res->ndyn < 16) {
-                res->dyn_names[res->ndyn] = arena_strdup(&c->tmp, a->valuestring);
-                res->dyn_js[res->ndyn++] = js;
+            if (res->ndyn == res->dyn_cap) {
+                size_t cap = res->dyn_cap ? res->dyn_cap * 2 : 16;
+                const char **names = arena_alloc(&c->tmp, cap * sizeof *names);
+                const cJSON **jss = arena_alloc(&c->tmp, cap * sizeof *jss);
+                if (!names || !jss) {
+                    cfail(c, "out of memory");
+                    return -1;
+                }
+                if (res->ndyn) {
+                    memcpy(names, res->dyn_names, res->ndyn * sizeof *names);
+                    memcpy(jss, res->dyn_js, res->ndyn * sizeof *jss);
+                }
+                res->dyn_names = names;
+                res->dyn_js = jss;
+                res->dyn_cap = cap;
             }
+            res->dyn_names[res->ndyn] = arena_strdup(&c->tmp, a->valuestring);
+            res->dyn_js[res->ndyn++] = js;
         }
     }
     for (const cJSON *m = js->child; m && !c->failed; m = m->next) {

@@ -1615,6 +1615,30 @@ static void test_limit_message_stays_utf8(void **state)
     cJSON_Delete(doc);
 }
 
+/* A resource's $dynamicAnchors past the 16th were ignored: a $dynamicRef
+ * to one took its static target, and an invalid instance passed. */
+static void test_many_dynamic_anchors(void **state)
+{
+    (void)state;
+    for (int fillers = 15; fillers <= 40; fillers += 25) {
+        char sch[4096];
+        int n = snprintf(sch, sizeof sch, "{\"$id\":\"https://example.com/root\",\"$ref\":\"list\",\"$defs\":{");
+        for (int i = 0; i < fillers; i++)
+            n += snprintf(sch + n, sizeof sch - (size_t)n, "\"f%d\":{\"$dynamicAnchor\":\"a%d\"},", i, i);
+        snprintf(sch + n, sizeof sch - (size_t)n,
+                 "\"foo\":{\"$dynamicAnchor\":\"items\",\"type\":\"string\"},"
+                 "\"list\":{\"$id\":\"list\",\"type\":\"array\",\"items\":{\"$dynamicRef\":\"#items\"},"
+                 "\"$defs\":{\"items\":{\"$dynamicAnchor\":\"items\"}}}}}");
+        schema *s = compile_text(sch, NULL);
+        schema_violations v = { 0 };
+        if (check(s, "[\"foo\",42]", &v) != 1)
+            fail_msg("with %d anchors before it, 42 passed", fillers);
+        schema_violations_clear(&v);
+        assert_int_equal(check(s, "[\"foo\",\"bar\"]", &v), 0);
+        schema_free(s);
+    }
+}
+
 /* multipleOf past 2^53, where a double is no longer the number written:
  * its shortest decimal made 2^60 (written in full) 1152921504606847e3,
  * which no 16 divides.  Read by jsonin (the worker's reader), the text is
@@ -2144,6 +2168,7 @@ int main(void)
         cmocka_unit_test(test_location_amplification),
         cmocka_unit_test(test_multiple_of_large_numbers),
         cmocka_unit_test(test_limit_message_stays_utf8),
+        cmocka_unit_test(test_many_dynamic_anchors),
         cmocka_unit_test(test_registry_remote_ref),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
