@@ -29,6 +29,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -1715,7 +1716,11 @@ static const cinfo *walk_pointer(cctx *c, const cinfo *start, const char *frag, 
         cfail(c, "out of memory");
         return NULL;
     }
-    schema_uri_percent_decode(frag, fl, dec);
+    if (schema_uri_percent_decode(frag, fl, dec) != strlen(dec)) {
+        /* a %00: the pointer went on as cut there */
+        cfail(c, "unresolvable $ref %s: JSON pointer holds %%00", uri);
+        return NULL;
+    }
     const cJSON *cur = start->js;
     const cinfo *last = start;
     char *ptr = (char *)start->ptr;
@@ -1743,9 +1748,13 @@ static const cinfo *walk_pointer(cctx *c, const cinfo *start, const char *frag, 
         if (cJSON_IsObject(cur)) {
             cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
         } else if (cJSON_IsArray(cur)) {
-            char *endp;
-            long idx = strtol(tok, &endp, 10);
-            if (!*tok || *endp || idx < 0 || (tok[0] == '0' && tok[1]))
+            /* RFC 6901: digits, no leading 0 (strtol took "+0" and " 0",
+             * and the cast to int made 4294967296 element 0) */
+            long idx = 0;
+            const char *d = tok;
+            for (; *d >= '0' && *d <= '9' && idx <= INT_MAX; d++)
+                idx = idx * 10 + (*d - '0');
+            if (!*tok || *d || idx > INT_MAX || (tok[0] == '0' && tok[1]))
                 cur = NULL;
             else
                 cur = cJSON_GetArrayItem(cur, (int)idx);

@@ -1615,6 +1615,35 @@ static void test_limit_message_stays_utf8(void **state)
     cJSON_Delete(doc);
 }
 
+/* A $ref's JSON pointer is read as RFC 6901 says: an array index is
+ * digits alone (strtol took "+0" and " 0", and the cast to int made
+ * 4294967296 element 0), and a %00 does not cut the pointer short. */
+static void test_ref_pointer_strictness(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "{\"$defs\":{\"a\":[{\"type\":\"string\"}]},\"$ref\":\"#/$defs/a/4294967296\"}",
+        "{\"$defs\":{\"a\":[{\"type\":\"string\"}]},\"$ref\":\"#/$defs/a/+0\"}",
+        "{\"$defs\":{\"a\":[{\"type\":\"string\"}]},\"$ref\":\"#/$defs/a/%200\"}",
+        "{\"$defs\":{\"a\":[{\"type\":\"string\"}]},\"$ref\":\"#/$defs/a/00\"}",
+        "{\"$defs\":{\"a\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/a%00/no/such\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *doc = cJSON_Parse(bad[i]);
+        char err[256] = "";
+        schema *s = schema_compile(NULL, doc, NULL, err, sizeof err);
+        if (s)
+            fail_msg("compiled: %s", bad[i]);
+        assert_non_null(strstr(err, "unresolvable $ref"));
+        cJSON_Delete(doc);
+    }
+    schema *s = compile_text("{\"$defs\":{\"a\":[{},{\"type\":\"string\"}]},\"$ref\":\"#/$defs/a/1\"}", NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "1", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
 /* A resource's $dynamicAnchors past the 16th were ignored: a $dynamicRef
  * to one took its static target, and an invalid instance passed. */
 static void test_many_dynamic_anchors(void **state)
@@ -2169,6 +2198,7 @@ int main(void)
         cmocka_unit_test(test_multiple_of_large_numbers),
         cmocka_unit_test(test_limit_message_stays_utf8),
         cmocka_unit_test(test_many_dynamic_anchors),
+        cmocka_unit_test(test_ref_pointer_strictness),
         cmocka_unit_test(test_registry_remote_ref),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
