@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -2457,8 +2458,8 @@ static int compile_keywords(cctx *c, const cinfo *ci, node *n)
             }
             if (strcmp(k, "contentEncoding") == 0 && strcmp(v->valuestring, "base64") == 0)
                 n->content_b64 = 1;
-            else if (strcmp(k, "contentMediaType") == 0 &&
-                     strncmp(v->valuestring, "application/json", 16) == 0)
+            else if (strcmp(k, "contentMediaType") == 0 && strncasecmp(v->valuestring, "application/json", 16) == 0 &&
+                     strchr("; \t", v->valuestring[16])) /* parameters may follow; "application/jsonx" is not it */
                 n->content_json = 1;
             else
                 continue;
@@ -3971,9 +3972,11 @@ NOINLINE static int kw_content(vctx *c, const node *n, const cJSON *inst)
     }
     int ok = 1;
     if (n->content_json) {
-        cJSON *doc = cJSON_ParseWithLength(text, len);
+        /* as strictly as an answer is read: cJSON took "{} trailing" */
+        size_t err_at;
+        cJSON *doc = util_utf8_valid(text, len) ? jsonin_parse_all(text, len, &err_at) : NULL;
         ok = doc != NULL;
-        cJSON_Delete(doc);
+        jsonin_free(doc);
     }
     free(dec);
     if (ok)

@@ -1615,6 +1615,35 @@ static void test_limit_message_stays_utf8(void **state)
     cJSON_Delete(doc);
 }
 
+/* contentMediaType application/json (draft 7 asserts it) reads the
+ * content as strictly as an answer: cJSON took "{} trailing" and "01";
+ * "application/jsonx" is another type, parameters may follow. */
+static void test_content_json_strict(void **state)
+{
+    (void)state;
+    schema_options o = { .default_draft = SCHEMA_DRAFT_7 };
+    schema *s = compile_text("{\"contentMediaType\":\"application/json\"}", &o);
+    static const struct {
+        const char *inst;
+        int valid;
+    } cases[] = {
+        { "\"{} trailing\"", 0 }, { "\"[01]\"", 0 }, { "\"{\\\"a\\\":1}\"", 1 }, { "\" [1] \"", 1 }, { "\"\"", 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        schema_violations v = { 0 };
+        if (check(s, cases[i].inst, &v) != !cases[i].valid)
+            fail_msg("%s", cases[i].inst);
+        schema_violations_clear(&v);
+    }
+    schema_free(s);
+    s = compile_text("{\"contentMediaType\":\"Application/JSON; charset=utf-8\"}", &o);
+    assert_int_equal(check(s, "\"{} x\"", NULL), 1);
+    schema_free(s);
+    s = compile_text("{\"contentMediaType\":\"application/jsonx\"}", &o);
+    assert_int_equal(check(s, "\"{} x\"", NULL), 0);
+    schema_free(s);
+}
+
 /* A $ref's JSON pointer is read as RFC 6901 says: an array index is
  * digits alone (strtol took "+0" and " 0", and the cast to int made
  * 4294967296 element 0), and a %00 does not cut the pointer short. */
@@ -2199,6 +2228,7 @@ int main(void)
         cmocka_unit_test(test_limit_message_stays_utf8),
         cmocka_unit_test(test_many_dynamic_anchors),
         cmocka_unit_test(test_ref_pointer_strictness),
+        cmocka_unit_test(test_content_json_strict),
         cmocka_unit_test(test_registry_remote_ref),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
