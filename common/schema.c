@@ -4884,19 +4884,24 @@ static long report_branches(vctx *c, const node *n, const char *kw, const cJSON 
         free(tj);
         return -1;
     }
-    if (all_const && nb > 0) {
-        cJSON *vals = cJSON_CreateArray();
-        for (size_t i = 0; vals && i < nb; i++) {
-            const schema_violation *v = &c->recs[i ? ends[i - 1] : base].v;
-            cJSON *x = v->expected ? cJSON_Parse(v->expected) : NULL;
-            if (x && strcmp(v->code, SCHEMA_ENUM_MISMATCH) == 0 && IS_ARRAY(x)) {
-                while (x->child)
-                    cJSON_AddItemToArray(vals, cJSON_DetachItemViaPointer(x, x->child));
-                cJSON_Delete(x);
-            } else if (x) {
-                cJSON_AddItemToArray(vals, x);
-            }
+    cJSON *vals = all_const && nb > 0 ? cJSON_CreateArray() : NULL;
+    for (size_t i = 0; vals && i < nb; i++) {
+        const schema_violation *v = &c->recs[i ? ends[i - 1] : base].v;
+        cJSON *x = v->expected ? cJSON_Parse(v->expected) : NULL;
+        if (v->expected && !x) {
+            /* a value cut to its snippet ("..."): merged without it, the
+             * list told the model the others were all there were */
+            cJSON_Delete(vals);
+            vals = NULL;
+        } else if (x && strcmp(v->code, SCHEMA_ENUM_MISMATCH) == 0 && IS_ARRAY(x)) {
+            while (x->child)
+                cJSON_AddItemToArray(vals, cJSON_DetachItemViaPointer(x, x->child));
+            cJSON_Delete(x);
+        } else if (x) {
+            cJSON_AddItemToArray(vals, x);
         }
+    }
+    if (vals) {
         drop_recs(c, base);
         char *text = vals ? json_snippet(vals, SNIPPET_MAX) : NULL;
         cJSON_Delete(vals);

@@ -1615,6 +1615,34 @@ static void test_limit_message_stays_utf8(void **state)
     cJSON_Delete(doc);
 }
 
+/* The branches of an anyOf that fail on const alone merge into one list
+ * of the values allowed; a value cut to its snippet could not be read
+ * back and was left out, so the list told the model "x" was the only
+ * one.  Not merged then: the closest branch is reported. */
+static void test_merged_enum_keeps_long_const(void **state)
+{
+    (void)state;
+    char sch[1024], big[301];
+    memset(big, 'v', 300);
+    big[300] = '\0';
+    snprintf(sch, sizeof sch, "{\"anyOf\":[{\"const\":\"%s\"},{\"const\":\"x\"}]}", big);
+    schema *s = compile_text(sch, NULL);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "\"y\"", &v), 1);
+    assert_true(v.count >= 1);
+    for (size_t i = 0; i < v.count; i++)
+        assert_string_not_equal(v.items[i].message, "value must be one of [\"x\"]");
+    schema_violations_clear(&v);
+    schema_free(s);
+    /* short values still merge */
+    s = compile_text("{\"anyOf\":[{\"const\":\"a\"},{\"enum\":[\"b\",\"c\"]}]}", NULL);
+    assert_int_equal(check(s, "\"y\"", &v), 1);
+    assert_int_equal(v.count, 1);
+    assert_string_equal(v.items[0].message, "value must be one of [\"a\",\"b\",\"c\"]");
+    schema_violations_clear(&v);
+    schema_free(s);
+}
+
 /* contentMediaType application/json (draft 7 asserts it) reads the
  * content as strictly as an answer: cJSON took "{} trailing" and "01";
  * "application/jsonx" is another type, parameters may follow. */
@@ -2229,6 +2257,7 @@ int main(void)
         cmocka_unit_test(test_many_dynamic_anchors),
         cmocka_unit_test(test_ref_pointer_strictness),
         cmocka_unit_test(test_content_json_strict),
+        cmocka_unit_test(test_merged_enum_keeps_long_const),
         cmocka_unit_test(test_registry_remote_ref),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
