@@ -148,7 +148,8 @@ typedef struct wjob {
     int awaiting;            /* this record is sent, its answer not yet in */
     int counted;             /* the attempt is in the metrics */
     int parked;              /* this record waits for pred's answer */
-    int doomed;              /* started early by a record Redis refused: so will it */
+    int doomed;              /* started early by a record Redis refused (that
+                              * record's attempt, taken over): so will it */
     int delivering;          /* its outcome is with the producer and holds no job slot (slot_release) */
     int set_up;              /* job_setup ran (it holds an inline schema) */
     struct wjob *hnext;      /* in-flight map chain */
@@ -472,8 +473,8 @@ static void job_done(wjob *j) {
     /* Attempts chain_first..last ran here after their retry jobs' delivery
      * (retry.local) and are over: their retry jobs, parked behind this
      * one or still to come from Kafka, are done.  An attempt another
-     * worker took over is its own. */
-    int last = j->chain_first ? j->job.attempt - j->superseded : 0;
+     * worker took over is its own, and so are those after it. */
+    int last = !j->chain_first ? 0 : j->doomed ? j->doomed - 1 : j->job.attempt - j->superseded;
     if (last && last >= j->chain_first && recent_add(w->continued, j->job.job_id, j->job.run, j->chain_first, last))
         log_warn(j->job.job_id, j->job.attempt, "out of memory remembering the attempts run here");
     wjob *ran = NULL, **ran_tail = &ran, *keep = NULL, **keep_tail = &keep;
@@ -970,7 +971,10 @@ static void on_finish(void *ud, const state_reply *r) {
              * refused in turn, settles it (counted once, there).  No
              * retry job comes, so no report: the shadow goes now. */
             wjob *n = j->succ;
-            if (n) n->doomed = 1; /* no attempt after it, then */
+            /* no attempt after it, then; and the attempts from this one
+             * on are not this worker's to remember as run here (a copy
+             * of this one's retry job was skipped with no word to Redis) */
+            if (n) n->doomed = j->job.attempt;
             shadow_done(j);
             record_parked(n);
             return;

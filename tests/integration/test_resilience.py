@@ -499,6 +499,31 @@ def test_a_repair_started_before_its_attempt_was_refused_is_dropped_too(stack):
     assert "0 jobs unfinished" in stack.worker_log(w.name)
 
 
+def test_an_attempt_taken_over_mid_chain_is_not_remembered_as_run_here(stack):
+    """retry.local runs attempts 2 and 3 here, each as soon as the record
+    before it is sent.  Attempt 2 taken over meanwhile (its record refused),
+    attempt 3, started early, is refused too.  Attempt 2 was remembered as
+    run here all the same, so the copy of its retry job that came back
+    from Kafka was skipped with no word to Redis: with attempt 2's new
+    owner gone, nothing was left to end the job.  That copy goes through
+    Redis now: it waits out the owner's lease, takes the attempt over and
+    ends the job."""
+    w = stack.start_worker(*slow_calls(2000), "--set", "log.level=debug")
+    jid = uid("midchain")
+    stack.produce_jobs([job(jid, directive="defect=missing_field until=2 latency_ms=2000")])
+    wait_called(stack, jid, 2)
+    r = stack.redis_client()
+    # another worker takes attempt 2 over, then dies (its lease lapses)
+    r.hset("retort:job:{%s}" % jid, "owner", "thief:0000beef:1")
+    r.set("retort:worker:{thief:0000beef}", "1", px=3000)
+    outs = check_exactly_once(stack, [jid])
+    assert outs[0]["value"]["job_id"] == jid
+    skipped = [l for l in stack.log_lines(w.name)
+               if l.get("job_id") == jid and "run here already; skipping" in l["msg"] and l["attempt"] == 2]
+    assert not skipped, skipped
+    assert stack.stop_worker(w) == 0
+
+
 def test_redis_restart_mid_batch(stack):
     """Redis goes away with jobs done, jobs in flight and jobs left (decided
     by the batch's progress, not by the clock): the worker survives it,
