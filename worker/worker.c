@@ -2033,6 +2033,7 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
         wjob **pp = &active->dups;
         while (*pp) pp = &(*pp)->dup_next;
         *pp = j;
+        log_debug(j->job.job_id, j->job.attempt, "waiting behind the message of this job in flight here");
         return 0;
     }
     map_put(w, j);

@@ -607,19 +607,23 @@ def test_a_duplicate_parked_behind_a_job_is_not_begun_during_the_drain(stack):
     more: the message behind it goes uncommitted (it comes again after a
     restart).  It was begun: its claim was granted (a later run) and it
     called the LLM in the middle of the drain."""
-    w = stack.start_worker("--set", "worker.drain_timeout_ms=20000")
+    w = stack.start_worker("--set", "worker.drain_timeout_ms=20000", "--set", "log.level=debug")
     jid = uid("drain-dup")
-    stack.produce_jobs([job(jid, directive="latency_ms=1500")])
+    stack.produce_jobs([job(jid, directive="latency_ms=3000")])
     wait_called(stack, jid)
-    stack.produce_jobs([job(jid, directive="latency_ms=1500", run=2)])
-    time.sleep(0.5)  # fetched, and parked behind the first (the call takes 1.5 s)
+    stack.produce_jobs([job(jid, directive="latency_ms=3000", run=2)])
+    # fetched, and parked behind the first (its call takes 3 s)
+    stack.wait_log(w.name, "waiting behind the message of this job in flight here")
     w.send_signal(signal.SIGTERM)
     assert w.wait(30) == 0, stack.worker_log(w.name)[-3000:]
     stack.workers.remove(w)
     finals = [m for m in stack.outcomes() if m["value"]["job_id"] == jid]
     assert len(finals) == 1 and finals[0]["value"].get("run", 1) == 1, finals
     assert stack.llm_stats()["calls"].get(jid + ":1") == 1
-    assert "0 jobs unfinished" in stack.worker_log(w.name)
+    log = stack.worker_log(w.name)
+    assert "0 jobs unfinished" in log
+    # the stop came while the first was in flight, the second parked
+    assert log.index("waiting behind the message") < log.index("draining 2 in-flight") < log.index("final: valid")
 
 
 def test_redis_silent_mid_batch(stack):
