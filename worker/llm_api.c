@@ -89,8 +89,12 @@ int llm_api_schema_is_strict(const cJSON *schema) {
     return cJSON_IsObject(schema) && is_object_schema(schema) && strict_walk(schema, 0);
 }
 
+/* Members Retort writes itself, or that would change the answer's form:
+ * the answer is read whole, so no stream, nor its options (without stream
+ * OpenAI refuses stream_options: 400). */
 static int param_skipped(const char *name) {
-    return !name || !strcmp(name, "model") || !strcmp(name, "messages") || !strcmp(name, "stream");
+    return !name || !strcmp(name, "model") || !strcmp(name, "messages") || !strcmp(name, "stream") ||
+           !strcmp(name, "stream_options");
 }
 
 static void schema_name_copy(char *dst, size_t len, const char *src) {
@@ -321,7 +325,10 @@ static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
  * the token counts are set already. */
 static void openai_classify(llm_api_result *out, const char *fr, const char *refusal, const char *content) {
     util_concat(out->finish_reason, sizeof(out->finish_reason), fr ? fr : "", (char *)NULL);
-    if (refusal) {
+    /* "" is none (some OpenAI-compatible servers send it with the answer;
+     * OpenAI's SDK reads it so): taken for a refusal, a valid answer
+     * escalated at once */
+    if (refusal && refusal[0]) {
         out->category = DECIDE_CAT_REFUSAL;
         util_concat(out->error, sizeof(out->error), "refusal: ", refusal, (char *)NULL);
     } else if (fr && !strcmp(fr, "content_filter")) {

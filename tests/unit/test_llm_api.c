@@ -129,6 +129,14 @@ static void test_nul_in_answer(void **s) {
     llm_api_parse(LLM_PROVIDER_OPENAI, 200, raw, sizeof raw - 1, &rr);
     assert_true(rr.category != DECIDE_CAT_OK || rr.text_nul);
     llm_api_result_clear(&rr);
+    /* an empty refusal beside the answer is none (it was a refusal, and
+     * a valid answer escalated) */
+    static const char empty_refusal[] = "{\"choices\":[{\"message\":{\"content\":\"{}\",\"refusal\":\"\"},"
+                                        "\"finish_reason\":\"stop\"}]}";
+    llm_api_parse(LLM_PROVIDER_OPENAI, 200, empty_refusal, sizeof empty_refusal - 1, &rr);
+    assert_int_equal(rr.category, DECIDE_CAT_OK);
+    assert_string_equal(rr.text, "{}");
+    llm_api_result_clear(&rr);
     /* not an answer: nothing to flag */
     const char *refusal = "{\"choices\":[{\"message\":{\"content\":null,\"refusal\":\"no\\u0000\"},"
                           "\"finish_reason\":\"stop\"}]}";
@@ -338,7 +346,7 @@ static void test_build_bodies(void **s) {
     /* The schema pre-printed by the caller goes in as given, with the
      * caller's strictness; the model name is escaped; stream never passes. */
     char *printed = cJSON_PrintUnformatted(sch);
-    cJSON *params2 = cJSON_Parse("{\"stream\":true,\"seed\":7}");
+    cJSON *params2 = cJSON_Parse("{\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\":7}");
     req.schema_json = printed;
     req.schema_strict = 0;
     req.model = "m\"1\\\n\x01";
@@ -351,6 +359,7 @@ static void test_build_bodies(void **s) {
     assert_true(cJSON_IsFalse(cJSON_GetObjectItem(js, "strict")));
     assert_true(cJSON_Compare(cJSON_GetObjectItem(js, "schema"), sch, 1));
     assert_null(cJSON_GetObjectItem(b, "stream"));
+    assert_null(cJSON_GetObjectItem(b, "stream_options")); /* refused without stream: 400 */
     assert_int_equal(cJSON_GetObjectItem(b, "seed")->valueint, 7);
     cJSON_Delete(b);
     free(body);
