@@ -266,6 +266,11 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
         }
         break;
     case CFG_STR:
+        /* ce_source: the CloudEvents header must not be empty */
+        if (!value[0] && !strcmp(key, "events.source")) {
+            snprintf(err, errlen, "config key '%s': must not be empty", key);
+            return -1;
+        }
         break;
     }
     if (put(cfg, key, value)) {

@@ -505,7 +505,15 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka
      * it again, and it fences the other: no job done). */
     char gid[256];
     size_t gid_len = sizeof(gid);
-    if (slot >= 0 && rd_kafka_conf_get(cconf, "group.instance.id", gid, &gid_len) == RD_KAFKA_CONF_OK && gid[0]) {
+    rd_kafka_conf_res_t gres = slot >= 0 ? rd_kafka_conf_get(cconf, "group.instance.id", gid, &gid_len)
+                                         : RD_KAFKA_CONF_UNKNOWN;
+    if (gres == RD_KAFKA_CONF_INVALID || (gres == RD_KAFKA_CONF_OK && (gid_len > sizeof(gid) || strlen(gid) > 249))) {
+        /* longer than the buffer: cut to it, ids that differ past it were
+         * one (Kafka takes 249 characters at most anyway) */
+        snprintf(err, errlen, "config key 'kafka.group.instance.id': longer than 249 characters");
+        goto fail;
+    }
+    if (gres == RD_KAFKA_CONF_OK && gid[0]) {
         char slotted[300];
         snprintf(slotted, sizeof(slotted), "%s-%d", gid, slot);
         if (rd_kafka_conf_set(cconf, "group.instance.id", slotted, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {

@@ -199,3 +199,18 @@ def test_worker_usage_errors(stack):
     for args, msg in cases:
         p = subprocess.run([RETORT, "worker"] + args, capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and msg in p.stderr, (args, p.returncode, p.stderr)
+
+
+def test_a_static_instance_id_too_long_to_slot_is_refused(stack):
+    """Each process of a supervisor joins as kafka.group.instance.id + "-N";
+    an id longer than the worker's buffer was cut to 255 characters first,
+    so two hosts' ids that differ past it were one, and fenced each other.
+    Kafka takes 249 at most: the worker says so and does not start."""
+    sup = stack.start_worker("--processes", "2", "--set", "kafka.group.instance.id=" + "x" * 300, name="longid")
+    stack.wait_log("longid", "config key 'kafka.group.instance.id': longer than 249 characters")
+    assert "static group membership" not in stack.worker_log("longid")
+    stack.stop_worker(sup)
+    # 249 is taken
+    sup = stack.start_worker("--processes", "2", "--set", "kafka.group.instance.id=" + "y" * 249, name="okid")
+    stack.wait_log("okid", "static group membership as " + "y" * 249 + "-1")
+    assert stack.stop_worker(sup) == 0

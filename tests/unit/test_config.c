@@ -45,6 +45,10 @@ static void test_defaults_and_set(void **s) {
     assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "-1", err, sizeof(err)), 0);
     assert_int_not_equal(config_set(c, "ratelimit.m.rpm", "many", err, sizeof(err)), 0);
     assert_int_not_equal(config_set(c, "ratelimit.rpm", "-1", err, sizeof(err)), 0);
+    /* ce_source may not be empty (the events' headers would break their schema) */
+    assert_int_not_equal(config_set(c, "events.source", "", err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "must not be empty"));
+    assert_int_equal(config_set(c, "events.source", "/x", err, sizeof(err)), 0);
     /* a model's limits have the bounds of ratelimit.rpm and .tpm (its rpm
      * took ten times as many) */
     assert_int_not_equal(config_set(c, "ratelimit.rpm", "500000000", err, sizeof(err)), 0);
