@@ -65,12 +65,16 @@ char *reflect_render(const reflect_input *in) {
             sbuf_puts(&b, t);
             break;
         }
-        sbuf_append(&b, t, (size_t)(open - t));
         const char *close = strchr(open, '}');
         if (!close) {
-            sbuf_puts(&b, open);
+            sbuf_puts(&b, t);
             break;
         }
+        /* the '{' nearest the '}': in {"fixed": {reason}} the first '{'
+         * opens no placeholder, and {reason} went out as written */
+        for (const char *p = open + 1; p < close; p++)
+            if (*p == '{') open = p;
+        sbuf_append(&b, t, (size_t)(open - t));
         size_t n = (size_t)(close - open - 1);
         const char *name = open + 1;
         if (n == 7 && !strncmp(name, "attempt", n)) sbuf_printf(&b, "%d", in->attempt);

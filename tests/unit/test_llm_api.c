@@ -558,6 +558,12 @@ static void test_reflection_prompt(void **s) {
     p = reflect_render(&in);
     assert_string_equal(p, "1/3 {unknown} {\"price\":\"cheap\"} {}");
     free(p);
+    /* a placeholder inside braces of the template's own (a JSON example)
+     * went out as written; an unclosed '{' stays as it is */
+    in.tmpl = "Answer {\"fixed\": {reason}, \"n\": {attempt}} or {{max}} {open";
+    p = reflect_render(&in);
+    assert_string_equal(p, "Answer {\"fixed\": validation failed, \"n\": 1} or {3} {open");
+    free(p);
     /* a list cut to fit Kafka says how many more there were; a total of
      * 0 or no more than listed adds nothing */
     static const struct {
