@@ -1654,9 +1654,17 @@ static void job_abandon(wjob *j) {
     check_drained(w);
 }
 
+/* A message that waits to ask Redis again (for another worker's attempt,
+ * or because Redis did not answer) holds no call: while stopping it goes,
+ * uncommitted.  With Redis down, those begun again each second held the
+ * drain for its whole timeout. */
+static int may_abandon(const wjob *j) {
+    return (j->stage == STAGE_WAIT || j->stage == STAGE_BEGIN) && uv_is_active((const uv_handle_t *)&j->timer);
+}
+
 static void begin_retry_timer(uv_timer_t *t) {
     wjob *j = t->data;
-    if (j->stage == STAGE_WAIT && j->w->stopping) {
+    if ((j->stage == STAGE_WAIT || j->stage == STAGE_BEGIN) && j->w->stopping) {
         job_abandon(j);
         return;
     }
@@ -2157,14 +2165,15 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     log_info(NULL, 0, "signal %d: draining %zu in-flight jobs", signum, w->inflight);
     w->stopping = 1;
-    /* Messages waiting for another worker's attempt hold nothing: they go
-     * now (uncommitted).  One reading a lease goes when the reply comes. */
+    /* Messages waiting for another worker's attempt, or to ask Redis
+     * again, hold nothing: they go now (uncommitted).  One reading a lease
+     * goes when the reply comes. */
     size_t nwait = 0;
-    for (wjob *j = w->jobs; j; j = j->next) nwait += j->stage == STAGE_WAIT;
+    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j);
     wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
     nwait = 0;
     for (wjob *j = w->jobs; j && waiting; j = j->next)
-        if (j->stage == STAGE_WAIT && uv_is_active((uv_handle_t *)&j->timer)) waiting[nwait++] = j;
+        if (may_abandon(j)) waiting[nwait++] = j;
     /* (a waiting job is never another's parked duplicate) */
     for (size_t i = 0; i < nwait; i++) job_abandon(waiting[i]);
     free(waiting);

@@ -626,6 +626,30 @@ def test_a_duplicate_parked_behind_a_job_is_not_begun_during_the_drain(stack):
     assert log.index("waiting behind the message") < log.index("draining 2 in-flight") < log.index("final: valid")
 
 
+def test_a_stop_while_redis_refuses_does_not_wait_out_the_drain(stack):
+    """Messages whose first look at Redis was refused (here OOM; READONLY or
+    LOADING alike) ask again each second; they hold no claim and no call.
+    A stop meanwhile waited for them until the drain's timeout.  They go at
+    once now, uncommitted, and the next worker ends them."""
+    w = stack.start_worker("--set", "worker.drain_timeout_ms=20000")
+    stack.wait_log(w.name, "assigned")
+    ids = [uid("refused-stop") for _ in range(5)]
+    r = stack.redis_client()
+    r.config_set("maxmemory", "1")
+    try:
+        stack.produce_jobs([job(j) for j in ids])
+        stack.wait_log(w.name, "reading job state")
+        w.send_signal(signal.SIGTERM)
+        assert w.wait(30) == 0
+    finally:
+        r.config_set("maxmemory", "0")
+    stack.workers.remove(w)
+    log = stack.worker_log(w.name)
+    assert "drain timeout" not in log, log[-2000:]
+    stack.start_worker(name="next")
+    check_exactly_once(stack, ids)
+
+
 def test_redis_silent_mid_batch(stack):
     """Redis stops answering (SIGSTOP: the connection stays up, replies never
     come) mid-batch: the worker gives the connection up after 5 s without a
