@@ -4,6 +4,7 @@ mock LLM over HTTP and retort worker processes, all on loopback ports."""
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -143,17 +144,40 @@ def chat_completion(content, prompt_tokens=10, completion_tokens=5):
 
 
 def _read_line(proc, prefix, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            if proc.poll() is not None:
-                raise RuntimeError("%s exited early (%s)" % (proc.args[0], proc.returncode))
+    """The rest of the first line proc prints on its stdout that starts
+    with prefix.  Reads with select() and a byte at a time (what follows the
+    line stays unread, for Stack.kafka_control), so a process alive but
+    silent, or one that closed its stdout, fails here after timeout seconds
+    or at once: it is then killed if still running, and RuntimeError says
+    what happened."""
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    line = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            problem = "printed no %r line in %g s" % (prefix, timeout)
+            break
+        c = os.read(fd, 1)
+        if not c:
+            problem = "closed its stdout before a %r line" % prefix
+            try:
+                proc.wait(1)  # it may be exiting
+            except subprocess.TimeoutExpired:
+                pass
+            break
+        if c != b"\n":
+            line += c
             continue
-        line = line.decode().strip()
-        if line.startswith(prefix):
-            return line[len(prefix):].strip()
-    raise RuntimeError("no %r line from %s" % (prefix, proc.args[0]))
+        text = line.decode(errors="replace").strip()
+        if text.startswith(prefix):
+            return text[len(prefix):].strip()
+        line = b""
+    alive = proc.poll() is None
+    if alive:
+        proc.kill()
+    rc = proc.wait()
+    raise RuntimeError("%s %s (%s)" % (proc.args[0], problem, "killed" if alive else "exit status %s" % rc))
 
 
 class Stack:
