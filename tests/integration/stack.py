@@ -182,28 +182,35 @@ def _read_line(proc, prefix, timeout=20):
 
 class Stack:
     def __init__(self, partitions=4, llm_args=(), workdir=None, kafka_control=False, kafka_args=()):
-        self.own_dir = workdir is None  # made here: close removes it
-        self.dir = workdir or tempfile.mkdtemp(prefix="retort-test-")
         self.procs = []
         self.workers = []
-        self.redis_port = free_port()
-        self.start_redis()
-        self.kafka = subprocess.Popen(
-            [os.path.join(BUILD, "mock-kafka"), "--partitions", str(partitions)] +
-            (["--control"] if kafka_control else []) + list(kafka_args),
-            stdin=subprocess.PIPE if kafka_control else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "kafka.log"), "wb"))
-        self.procs.append(self.kafka)
-        self.bootstrap = _read_line(self.kafka, "BOOTSTRAP")
-        self.llm = subprocess.Popen(
-            [os.path.join(BUILD, "mock-llm"), "--port", "0"] + list(llm_args),
-            stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "llm.log"), "wb"))
-        self.procs.append(self.llm)
-        self.llm_url = _read_line(self.llm, "LISTENING")
-        self._wait_redis(may_move=True)
-        self.config_path = os.path.join(self.dir, "retort.properties")
-        with open(self.config_path, "w") as f:
-            f.write(self.properties())
+        self.own_dir = workdir is None  # made here: close removes it
+        self.dir = workdir or tempfile.mkdtemp(prefix="retort-test-")
+        try:
+            self.redis_port = free_port()
+            self.start_redis()
+            self.kafka = subprocess.Popen(
+                [os.path.join(BUILD, "mock-kafka"), "--partitions", str(partitions)] +
+                (["--control"] if kafka_control else []) + list(kafka_args),
+                stdin=subprocess.PIPE if kafka_control else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "kafka.log"), "wb"))
+            self.procs.append(self.kafka)
+            self.bootstrap = _read_line(self.kafka, "BOOTSTRAP")
+            self.llm = subprocess.Popen(
+                [os.path.join(BUILD, "mock-llm"), "--port", "0"] + list(llm_args),
+                stdout=subprocess.PIPE, stderr=open(os.path.join(self.dir, "llm.log"), "wb"))
+            self.procs.append(self.llm)
+            self.llm_url = _read_line(self.llm, "LISTENING")
+            self._wait_redis(may_move=True)
+            self.config_path = os.path.join(self.dir, "retort.properties")
+            with open(self.config_path, "w") as f:
+                f.write(self.properties())
+        except BaseException:
+            # the caller gets no Stack to close: stop what did start here
+            # (Stack's own close: a subclass's may need what its __init__
+            # had yet to set), keeping the logs
+            Stack.close(self, keep=True)
+            raise
 
     def properties(self):
         return "\n".join([
