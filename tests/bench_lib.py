@@ -324,7 +324,8 @@ class BenchStack(Stack):
         log = open(os.path.join(self.dir, name + ".log"), "ab")
         p = subprocess.Popen(
             [binary, "worker", "-c", self.config_path, "--set", "worker.id=%s" % name] + list(args),
-            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret", **(env or {})))
+            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret", **(env or {})),
+            start_new_session=True)  # as Stack.start_worker's: close() may kill its group
         p.name = name
         self.workers.append(p)
         return p

@@ -67,6 +67,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def kill_group(p):
+    """SIGKILL to the process group p leads (Stack.start_worker starts each
+    worker in its own session, so a supervisor's workers go too), or to p
+    alone when it leads none; then waits for p."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        p.kill()
+    p.wait()
+
+
 METRICS_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (-?[0-9.e+Inf]+)$')
 
 
@@ -277,10 +288,13 @@ class Stack:
         """env: variables added to the worker's environment."""
         name = name or "w%d" % len(self.workers)
         log = open(os.path.join(self.dir, name + ".log"), "ab")
+        # its own session: a worker with --processes N is a supervisor, and
+        # close() kills its whole process group if it does not stop
         p = subprocess.Popen(
             [os.environ.get("RETORT_BIN", os.path.join(BUILD, "retort")), "worker", "-c", self.config_path,
              "--set", "worker.id=%s" % name] + list(args),
-            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret", **(env or {})))
+            stdout=log, stderr=log, env=dict(os.environ, OPENAI_API_KEY="sk-test-secret", **(env or {})),
+            start_new_session=True)
         p.name = name
         self.workers.append(p)
         return p
@@ -409,7 +423,7 @@ class Stack:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:
-                p.kill()
+                kill_group(p)
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
