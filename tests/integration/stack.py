@@ -3,6 +3,7 @@ redis-server, the mock Kafka broker process (librdkafka's mock cluster), the
 mock LLM over HTTP and retort worker processes, all on loopback ports."""
 import json
 import os
+import random
 import re
 import select
 import shutil
@@ -61,10 +62,31 @@ def read_heap(path, timeout=10.0):
         time.sleep(0.005)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_start():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(tries=20):
+    """A loopback TCP port free now, for a process started next to bind.
+    Picked below the ephemeral range (ip_local_port_range): bind(0) and
+    every outgoing connection take their ports from that range, so one
+    picked there could be taken before the process binds it."""
+    top = _ephemeral_start()
+    low = 20000 if top > 21000 else max(1024, top // 2)
+    rng = random.SystemRandom()  # apart from a test's random.seed()
+    for _ in range(tries):
+        port = rng.randrange(low, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in %d..%d after %d tries" % (low, top - 1, tries))
 
 
 def kill_group(p):
@@ -267,8 +289,8 @@ class Stack:
         retries = 3 if may_move else 0
         while time.time() < deadline:
             if self.redis.poll() is not None and retries:
-                # the port picked was taken meanwhile (an outgoing
-                # connection's ephemeral port, in the busier tests): another
+                # the port picked was taken meanwhile (by another
+                # program, e.g. a test run alongside): another
                 retries -= 1
                 self.procs.remove(self.redis)
                 self.redis_port = free_port()
