@@ -421,6 +421,27 @@ class Stack:
         with urllib.request.urlopen(self.llm_url + "/stats", timeout=5) as r:
             return json.loads(r.read())
 
+    def llm_reset(self):
+        """POST /stats/reset: the mock's counts and calls start again, and
+        its peak_in_flight from the requests in flight now."""
+        req = urllib.request.Request(self.llm_url + "/stats/reset", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            assert json.loads(r.read()) == {"reset": True}
+
+    def wait_llm_idle(self, requests, timeout=60):
+        """Waits until the mock LLM has received at least `requests` LLM
+        requests (since its start or llm_reset) and has none in flight;
+        returns its /stats then (peak_in_flight: the most it held at once,
+        counted by the mock at every request, not sampled)."""
+        deadline = time.time() + timeout
+        while True:
+            st = self.llm_stats()
+            if st["requests"] >= requests and st["in_flight"] == 0:
+                return st
+            assert time.time() < deadline, "the mock LLM got %d of %d requests, %d in flight, after %d s" % (
+                st["requests"], requests, st["in_flight"], timeout)
+            time.sleep(0.1)
+
     def llm_times(self):
         """When each call reached the mock LLM, by job and attempt (the
         first 4 calls of each): {"job:attempt": [(arrival, in_flight)]},
