@@ -616,10 +616,23 @@ def test_a_record_larger_than_the_socket_buffer_goes_out_whole(stack):
               "properties": {"blob": {"type": "string", "minLength": 8000000}}}
     jid = uid("big")
     stack.produce_jobs([job(jid, schema=schema, directive="latency_ms=1500")])
-    time.sleep(0.8)                     # claimed; the LLM answers at 1.5 s
+    # claimed once its call reached the LLM, which answers 1.5 s later
+    deadline = time.time() + 60
+    while not stack.llm_stats()["calls"].get(jid + ":1"):
+        assert time.time() < deadline, "the job's LLM call never came"
+        time.sleep(0.02)
     stack.redis.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(2.5)                 # the record goes out to a Redis that reads nothing
+        ((arrival, _),) = stack.llm_times()[jid + ":1"]
+        assert time.time() < arrival + 1.2, "Redis stopped only %.2f s after the call: the answer may be in" % (
+            time.time() - arrival)
+        # the answer goes whole to the worker (the mock holds none in
+        # flight), whose record then goes out to a Redis that reads nothing
+        deadline = time.time() + 30
+        while stack.llm_stats()["in_flight"]:
+            assert time.time() < deadline, "the LLM's answer never went out"
+            time.sleep(0.05)
+        time.sleep(1)
     finally:
         stack.redis.send_signal(signal.SIGCONT)
     outs = stack.wait_outcomes([jid], timeout=90)
@@ -696,9 +709,11 @@ def test_the_delivered_mark_does_not_bring_back_an_expired_job(stack):
     assert r.hget(key, "published") is None, "the final event left already: the test proves nothing"
     r.delete(key)
     stack.wait_outcomes([jid], timeout=30)
-    time.sleep(1)    # the mark follows the delivery report
-    assert r.exists(key) == 0, (r.hgetall(key), r.pttl(key))
+    # the mark follows the delivery report; the worker's drain waits for
+    # both (the job in flight until its report, then the marks' replies)
     assert stack.stop_worker(w) == 0
+    assert stack.worker_summary(w.name)["unfinished"] == 0
+    assert r.exists(key) == 0, (r.hgetall(key), r.pttl(key))
 
 
 def test_sigterm_drains_an_attempt_started_before_its_retry_job_left(stack):

@@ -582,16 +582,28 @@ def test_api_key_checked():
 
 
 def test_clean_exit_with_pending_requests():
+    """SIGTERM with requests held: the mock exits 0 at once; the answers
+    held for their latency go out then, early and whole (200), and a
+    hanging request's connection is closed without an answer."""
     proc, url = start_mock("--latency-ms", "5000")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as ex:
-        futs = [ex.submit(call, url, "/v1/chat/completions", openai(f"p{i}"), None, 20) for i in range(4)]
-        futs.append(ex.submit(call, url, "/v1/chat/completions", openai("[[mock hang=1]]"), None, 20))
-        time.sleep(0.5)
-        t0 = time.monotonic()
-        stop_mock(proc)
-        assert time.monotonic() - t0 < 5
-        for f in futs:
-            try:
-                f.result()
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=5) as ex:
+            futs = [ex.submit(call, url, "/v1/chat/completions", openai(f"p{i}"), None, 20) for i in range(4)]
+            hang = ex.submit(call, url, "/v1/chat/completions", openai("[[mock hang=1]]"), None, 20)
+            deadline = time.monotonic() + 10
+            while call(url, "/stats?calls=0")[2]["in_flight"] < 5:   # all five arrived and held
+                assert time.monotonic() < deadline, call(url, "/stats?calls=0")[2]
+                time.sleep(0.01)
+            t0 = time.monotonic()
+            stop_mock(proc)
+            assert time.monotonic() - t0 < 5
+            for f in futs:
+                st, _, r, elapsed = f.result()
+                assert st == 200 and is_valid(json.loads(content(r)), PRODUCT), (st, r)
+                assert elapsed < 5, elapsed   # before its latency: sent at the stop
+            with pytest.raises(ConnectionError):   # closed, not timed out (TimeoutError)
+                hang.result()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
