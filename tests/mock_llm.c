@@ -4,7 +4,9 @@
  * POST /chat/completions) and the Anthropic Messages API (POST /v1/messages),
  * answering with JSON generated from the JSON Schema found in the request.
  * Tests script failures with a `[[mock k=v ...]]` token in the first user
- * message.
+ * message.  As Anthropic does, a Messages request without the
+ * anthropic-version header, `model` or `max_tokens` is answered with 400
+ * invalid_request_error.
  *
  * Usage:
  *   mock-llm [--port N] [--host ADDR] [--latency-ms N] [--jitter-ms N]
@@ -2405,7 +2407,7 @@ typedef struct llm_in {
     enum api api;
     const char *body;
     size_t len;
-    const char *job_id, *attempt_hdr, *authorization, *x_api_key, *anthropic_beta;
+    const char *job_id, *attempt_hdr, *authorization, *x_api_key, *anthropic_version, *anthropic_beta;
     int in_flight; /* LLM requests in flight, this one included */
 } llm_in;
 
@@ -2439,10 +2441,24 @@ static void llm_answer(const llm_in *in, answer *a)
             return;
         }
     }
+    /* As Anthropic: no version header, no request (the SDKs send one) */
+    if (in->api == API_ANTHROPIC && (!in->anthropic_version || !in->anthropic_version[0])) {
+        error_body(a, in->api, 400, "anthropic-version: header is required");
+        return;
+    }
     req = cJSON_ParseWithLength(in->body ? in->body : "", in->len);
     if (!cJSON_IsObject(req) || !cJSON_IsArray(obj_get(req, "messages"))) {
         error_body(a, in->api, 400, "invalid request: the body must be a JSON object with messages (mock)");
         plain_invalid_request(a, in->api);
+        goto done;
+    }
+    /* and model and max_tokens are required fields of a Messages request */
+    if (in->api == API_ANTHROPIC && !obj_get(req, "model")) {
+        error_body(a, in->api, 400, "model: Field required");
+        goto done;
+    }
+    if (in->api == API_ANTHROPIC && !obj_get(req, "max_tokens")) {
+        error_body(a, in->api, 400, "max_tokens: Field required");
         goto done;
     }
     /* As Anthropic: structured outputs are output_config.format; the beta
@@ -2860,6 +2876,7 @@ static enum MHD_Result handle_complete(req *r, const char *method, const char *u
     in.attempt_hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Retort-Attempt");
     in.authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     in.x_api_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+    in.anthropic_version = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "anthropic-version");
     in.anthropic_beta = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "anthropic-beta");
     if (r->too_large) {
         error_body(&r->ans, in.api, 413, status_message(413));

@@ -59,3 +59,23 @@ def test_anthropic_structured_outputs(stack):
     finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
     assert all(finals[j]["attempts"] == 1 for j in ids), [m["value"] for m in stack.consume("retort.escalations")
                                                           if m["value"]["job_id"] in ids]
+
+
+@pytest.mark.llm_args("--api-key", KEY)
+def test_anthropic_requests_carry_the_version_header_and_max_tokens(stack):
+    """The mock, as Anthropic, answers a Messages request without the
+    anthropic-version header, model or max_tokens with 400
+    invalid_request_error (test_mock_llm checks that), which the worker
+    escalates as a bad request.  The worker's requests carry them: every
+    job is final at its first attempt, one call each, none refused."""
+    stack.start_worker(*ANTHROPIC, env={"ANTHROPIC_KEY": KEY})
+    ids = [uid("a-hdr") for _ in range(3)]
+    stack.llm_reset()
+    stack.produce_jobs([job(j, schema=s) for j, s in zip(ids, ("product.v1", "ticket.v1", "invoice.v1"))])
+    stack.wait_outcomes(ids)
+    finals = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.final")}
+    assert all(j in finals and finals[j]["attempts"] == 1 for j in ids), \
+        [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] in ids]
+    stats = stack.llm_stats()
+    assert stats["by_status"] == {"200": 3}, stats["by_status"]
+    assert all(stats["calls"].get(j + ":1") == 1 for j in ids), stats["calls"]

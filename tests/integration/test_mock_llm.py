@@ -175,6 +175,14 @@ def anthropic(user, system=None, schema=None, history=(), last_user=None):
     return body
 
 
+ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}   # required, as by Anthropic
+
+
+def an_call(base_url, body, headers=None, **kw):
+    """call() of POST /v1/messages with the anthropic-version header."""
+    return call(base_url, "/v1/messages", body, dict(ANTHROPIC_VERSION, **(headers or {})), **kw)
+
+
 def content(resp):
     return resp["choices"][0]["message"]["content"]
 
@@ -226,31 +234,52 @@ def test_schema_from_system_prompt_and_default_answer(base):
 
 def test_anthropic_messages(base):
     system = [{"type": "text", "text": "Rules.\nJSON Schema:\n" + json.dumps(PRODUCT)}]
-    st, _, resp, _ = call(base, "/v1/messages", anthropic("desk lamp", system=system))
+    st, _, resp, _ = an_call(base, anthropic("desk lamp", system=system))
     assert st == 200 and resp["type"] == "message" and resp["role"] == "assistant"
     assert resp["stop_reason"] == "end_turn" and resp["content"][0]["type"] == "text"
     assert is_valid(json.loads(resp["content"][0]["text"]), PRODUCT)
     assert resp["usage"]["output_tokens"] == math.ceil(len(resp["content"][0]["text"].encode()) / 4)
     # output_config.format wins over the system prompt
     other = {"type": "object", "properties": {"n": {"type": "integer", "const": 7}}, "required": ["n"]}
-    _, _, resp, _ = call(base, "/v1/messages", anthropic("x", system=system, schema=other))
+    _, _, resp, _ = an_call(base, anthropic("x", system=system, schema=other))
     assert json.loads(resp["content"][0]["text"]) == {"n": 7}
     # the beta form: with its header only, as Anthropic
     beta = anthropic("x", system=system)
     beta["output_format"] = {"type": "json_schema", "schema": other}
-    st, _, resp, _ = call(base, "/v1/messages", beta)
+    st, _, resp, _ = an_call(base, beta)
     assert st == 400 and resp["error"]["type"] == "invalid_request_error", resp
-    st, _, resp, _ = call(base, "/v1/messages", beta, headers={"anthropic-beta": "structured-outputs-2025-11-13"})
+    assert resp["error"]["message"].startswith("output_format: "), resp
+    st, _, resp, _ = an_call(base, beta, headers={"anthropic-beta": "structured-outputs-2025-11-13"})
     assert st == 200 and json.loads(resp["content"][0]["text"]) == {"n": 7}
-    st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock defect=refusal]]", system=system))
+    st, _, resp, _ = an_call(base, anthropic("[[mock defect=refusal]]", system=system))
     assert st == 200 and resp["stop_reason"] == "refusal"
-    st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock defect=truncated]]", system=system))
+    st, _, resp, _ = an_call(base, anthropic("[[mock defect=truncated]]", system=system))
     assert resp["stop_reason"] == "max_tokens"
     with pytest.raises(ValueError):
         json.loads(resp["content"][0]["text"])
-    st, _, resp, _ = call(base, "/v1/messages", anthropic("[[mock http=529]]", system=system))
+    st, _, resp, _ = an_call(base, anthropic("[[mock http=529]]", system=system))
     assert st == 529 and resp == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
                                   "request_id": "req_mock"}
+
+
+def test_anthropic_requires_its_version_header_model_and_max_tokens(base):
+    """As Anthropic: a Messages request without the anthropic-version
+    header (or with it empty), without model or without max_tokens is
+    answered 400 invalid_request_error, so a client that leaves one out
+    fails against the mock as it would against the API."""
+    def refused(answer, message):
+        st, _, resp, _ = answer
+        assert st == 400 and resp == {"type": "error", "request_id": "req_mock",
+                                      "error": {"type": "invalid_request_error", "message": message}}, (st, resp)
+    refused(call(base, "/v1/messages", anthropic("x")), "anthropic-version: header is required")
+    refused(call(base, "/v1/messages", anthropic("x"), {"anthropic-version": ""}),
+            "anthropic-version: header is required")
+    for field in ("model", "max_tokens"):
+        body = anthropic("x")
+        del body[field]
+        refused(an_call(base, body), "%s: Field required" % field)
+    st, _, resp, _ = an_call(base, anthropic("x"))
+    assert st == 200 and resp["type"] == "message", resp
 
 
 # ------------------------------------------------------------------- defects
@@ -384,10 +413,10 @@ def test_repair_rule_nested_and_not_json(base):
 def test_anthropic_attempt_counts_assistant_messages(base):
     system = "JSON Schema: " + json.dumps(PRODUCT)
     prompt = "[[mock defect=extra_field until=1]]"
-    r = call(base, "/v1/messages", anthropic(prompt, system=system, history=["{}"], last_user="nope"))[2]
+    r = an_call(base, anthropic(prompt, system=system, history=["{}"], last_user="nope"))[2]
     assert "unexpected_field" in json.loads(r["content"][0]["text"])
-    r = call(base, "/v1/messages",
-             anthropic(prompt, system=system, history=["{}"], last_user="/unexpected_field is not allowed"))[2]
+    r = an_call(base,
+                anthropic(prompt, system=system, history=["{}"], last_user="/unexpected_field is not allowed"))[2]
     assert is_valid(json.loads(r["content"][0]["text"]), PRODUCT)
 
 
@@ -415,7 +444,7 @@ def test_http_error_times_then_success(base):
     assert [call(base, "/v1/chat/completions", body)[0] for _ in range(3)] == [503, 503, 200]
     st, _, r, _ = call(base, "/v1/chat/completions", openai("[[mock http=400]]"))
     assert st == 400 and r["error"]["code"] == "context_length_exceeded"
-    st, _, r, _ = call(base, "/v1/messages", anthropic("[[mock http=429]]"))
+    st, _, r, _ = an_call(base, anthropic("[[mock http=429]]"))
     assert st == 429 and r["error"]["type"] == "rate_limit_error"
 
 
@@ -427,7 +456,7 @@ def test_spent_quota_as_each_provider_says_it(base):
     assert r["error"]["code"] == r["error"]["type"] == "insufficient_quota"
     assert r["error"]["message"].startswith("You exceeded your current quota")
     assert call(base, "/v1/chat/completions", body, hdrs)[0] == 200
-    st, _, r, _ = call(base, "/v1/messages", anthropic("[[mock quota=1]]"))
+    st, _, r, _ = an_call(base, anthropic("[[mock quota=1]]"))
     assert st == 400 and r["type"] == "error" and r["error"]["type"] == "invalid_request_error"
     assert r["error"]["message"].startswith("Your credit balance is too low")
 
@@ -574,9 +603,9 @@ def test_api_key_checked():
         st, _, r, _ = call(url, "/v1/chat/completions", openai("x"), {"Authorization": "Bearer wrong"})
         assert st == 401 and r["error"]["code"] == "invalid_api_key"
         assert call(url, "/v1/chat/completions", openai("x"), {"Authorization": "Bearer sekret"})[0] == 200
-        st, _, r, _ = call(url, "/v1/messages", anthropic("x"), {"x-api-key": "nope"})
+        st, _, r, _ = an_call(url, anthropic("x"), {"x-api-key": "nope"})
         assert st == 401 and r["error"]["type"] == "authentication_error"
-        assert call(url, "/v1/messages", anthropic("x"), {"x-api-key": "sekret"})[0] == 200
+        assert an_call(url, anthropic("x"), {"x-api-key": "sekret"})[0] == 200
     finally:
         stop_mock(proc)
 
