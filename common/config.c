@@ -266,8 +266,9 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
         }
         break;
     case CFG_STR:
-        /* ce_source: the CloudEvents header must not be empty */
-        if (!value[0] && !strcmp(key, "events.source")) {
+        /* ce_source: the CloudEvents header must not be empty; nor may
+         * Anthropic's version header (every call without it: 400) */
+        if (!value[0] && (!strcmp(key, "events.source") || !strcmp(key, "llm.anthropic_version"))) {
             snprintf(err, errlen, "config key '%s': must not be empty", key);
             return -1;
         }

@@ -49,6 +49,7 @@ static void test_defaults_and_set(void **s) {
     assert_int_not_equal(config_set(c, "events.source", "", err, sizeof(err)), 0);
     assert_non_null(strstr(err, "must not be empty"));
     assert_int_equal(config_set(c, "events.source", "/x", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "llm.anthropic_version", "", err, sizeof(err)), 0);
     /* a model's limits have the bounds of ratelimit.rpm and .tpm (its rpm
      * took ten times as many) */
     assert_int_not_equal(config_set(c, "ratelimit.rpm", "500000000", err, sizeof(err)), 0);
