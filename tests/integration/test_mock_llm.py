@@ -87,12 +87,6 @@ COMPLEX = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_mock(*args):
     proc = subprocess.Popen([BINARY, "--port", "0", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
