@@ -297,22 +297,79 @@ decide_category llm_api_status_category(long status, const char *code, const cha
     if (status == 408) return DECIDE_CAT_TIMEOUT;
     if (status == 409 || status >= 500) return DECIDE_CAT_SERVER_ERROR;
     if (status == 401 || status == 403) return DECIDE_CAT_AUTH;
-    if ((code && (!strcmp(code, "context_length_exceeded") || strstr(code, "context_length"))) ||
+    /* OpenAI, Anthropic, vLLM ("maximum context length"), llama.cpp
+     * ("exceeds the available context size") */
+    if ((code && (strstr(code, "context_length") || strstr(code, "context_size"))) ||
         contains_ci(message, "context length") || contains_ci(message, "context window") ||
-        contains_ci(message, "context limit") || contains_ci(message, "prompt is too long"))
+        contains_ci(message, "context limit") || contains_ci(message, "context size") ||
+        contains_ci(message, "prompt is too long"))
         return DECIDE_CAT_CONTEXT_LENGTH;
     return DECIDE_CAT_BAD_REQUEST;
 }
 
-static void parse_error(long status, const cJSON *doc, llm_api_result *out) {
+/* The message of an error body that is no JSON, into buf ("" when none):
+ * a proxy's HTML page by its <title> ("502 Bad Gateway"), a plain text
+ * by its first line.  Control characters become spaces: the message goes
+ * into one-line logs and events. */
+static void text_error_message(const char *body, size_t len, char *buf, size_t buflen) {
+    size_t i = 0, end = len, n = 0;
+    buf[0] = '\0';
+    if (!body) return;
+    int html = 0;
+    for (size_t k = 0; k + 7 <= len && k < 4096; k++) {
+        if (!strncasecmp(body + k, "<title>", 7)) {
+            html = 1;
+            i = end = k + 7;
+            while (end < len && body[end] != '<') end++;
+            break;
+        }
+    }
+    while (i < end && isspace((unsigned char)body[i])) i++;
+    if (!html && i < end && body[i] == '<') return; /* markup without a title: nothing to say */
+    size_t stop = i;
+    while (stop < end && (html || (body[stop] != '\n' && body[stop] != '\r'))) stop++;
+    while (stop > i && isspace((unsigned char)body[stop - 1])) stop--;
+    for (; i < stop && n + 1 < buflen; i++) {
+        unsigned char ch = (unsigned char)body[i];
+        buf[n++] = ch < 0x20 || ch == 0x7f ? ' ' : (char)ch;
+    }
+    buf[n] = '\0';
+    util_utf8_cut_end(buf);
+}
+
+static void parse_error(long status, const cJSON *doc, const char *body, size_t len, llm_api_result *out) {
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(doc, "error");
     const char *code = NULL, *message = NULL;
+    char text[200];
     if (cJSON_IsObject(err)) {
+        /* OpenAI, Anthropic, llama.cpp (whose code is the status, a number) */
         code = get_str(err, "code");
         if (!code) code = get_str(err, "type");
         message = get_str(err, "message");
     } else if (cJSON_IsString(err)) {
+        /* Ollama, text-generation-inference */
         message = err->valuestring;
+        code = get_str(doc, "error_type");
+    } else if (cJSON_IsObject(doc)) {
+        /* vLLM and other OpenAI-compatible servers put the fields at the
+         * top; FastAPI's own errors say it in "detail" (a string, or a
+         * list of {loc, msg} for a request it could not read).  Left
+         * unread, a prompt past vLLM's context length was a bad request
+         * with no word of why. */
+        message = get_str(doc, "message");
+        if (message) {
+            code = get_str(doc, "code");
+            if (!code) code = get_str(doc, "type");
+        } else {
+            const cJSON *detail = cJSON_GetObjectItemCaseSensitive(doc, "detail");
+            message = cJSON_IsString(detail) ? detail->valuestring
+                    : cJSON_IsArray(detail) ? get_str(cJSON_GetArrayItem(detail, 0), "msg") : NULL;
+        }
+    } else if (cJSON_IsString(doc)) {
+        message = doc->valuestring;
+    } else if (!doc) {
+        text_error_message(body, len, text, sizeof(text));
+        if (text[0]) message = text;
     }
     snprintf(out->error, sizeof(out->error), "HTTP %ld%s%s%s%s", status, code ? " " : "",
              code ? code : "", message ? ": " : "", message ? message : "");
@@ -997,7 +1054,7 @@ void llm_api_parse_dom(llm_provider provider, long status, const char *body, siz
     memset(out, 0, sizeof(*out));
     cJSON *doc = body && len ? cJSON_ParseWithLength(body, len) : NULL;
     if (status < 200 || status >= 300) {
-        parse_error(status, doc, out);
+        parse_error(status, doc, body, len, out);
     } else if (!doc) {
         out->category = DECIDE_CAT_SERVER_ERROR;
         snprintf(out->error, sizeof(out->error), "HTTP %ld with a body that is not JSON", status);

@@ -306,6 +306,74 @@ static void test_categories(void **s) {
     llm_api_result_clear(&r);
 }
 
+/* Error bodies in the shapes other servers send: the message is read
+ * (and so the category: vLLM's context length is no plain bad request). */
+static void test_error_shapes(void **s) {
+    (void)s;
+    static const struct {
+        long status;
+        const char *body;
+        const char *error;            /* the whole of r.error */
+        decide_category cat;
+    } cases[] = {
+        /* vLLM: the fields at the top, code the status */
+        {400, "{\"object\":\"error\",\"message\":\"This model's maximum context length is 4096 tokens. However, "
+              "you requested 5000 tokens.\",\"type\":\"BadRequestError\",\"param\":null,\"code\":400}",
+         "HTTP 400 BadRequestError: This model's maximum context length is 4096 tokens. However, you requested "
+         "5000 tokens.", DECIDE_CAT_CONTEXT_LENGTH},
+        {404, "{\"object\":\"error\",\"message\":\"The model `m2` does not exist.\",\"type\":\"NotFoundError\","
+              "\"param\":null,\"code\":404}",
+         "HTTP 404 NotFoundError: The model `m2` does not exist.", DECIDE_CAT_BAD_REQUEST},
+        /* FastAPI: detail, a string or a list of {loc, msg} */
+        {401, "{\"detail\":\"Invalid API key\"}", "HTTP 401: Invalid API key", DECIDE_CAT_AUTH},
+        {422, "{\"detail\":[{\"loc\":[\"body\",\"messages\"],\"msg\":\"field required\",\"type\":\"value_error\"}]}",
+         "HTTP 422: field required", DECIDE_CAT_BAD_REQUEST},
+        /* Ollama, text-generation-inference: error a string */
+        {404, "{\"error\":\"model 'llama9' not found, try pulling it first\"}",
+         "HTTP 404: model 'llama9' not found, try pulling it first", DECIDE_CAT_BAD_REQUEST},
+        {422, "{\"error\":\"Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096\","
+              "\"error_type\":\"validation\"}",
+         "HTTP 422 validation: Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096",
+         DECIDE_CAT_BAD_REQUEST},
+        /* llama.cpp: OpenAI's shape with a number for code */
+        {400, "{\"error\":{\"code\":400,\"message\":\"the request exceeds the available context size\","
+              "\"type\":\"exceed_context_size_error\"}}",
+         "HTTP 400 exceed_context_size_error: the request exceeds the available context size",
+         DECIDE_CAT_CONTEXT_LENGTH},
+        /* a bare JSON string */
+        {403, "\"Forbidden\"", "HTTP 403: Forbidden", DECIDE_CAT_AUTH},
+        /* a proxy's page: its title; plain text: its first line */
+        {502, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway"
+              "</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n",
+         "HTTP 502: 502 Bad Gateway", DECIDE_CAT_SERVER_ERROR},
+        {503, "  upstream connect error or disconnect/reset before headers.\r\nreset reason: overflow",
+         "HTTP 503: upstream connect error or disconnect/reset before headers.", DECIDE_CAT_SERVER_ERROR},
+        {400, "<html><body><h1>400</h1></body></html>", "HTTP 400", DECIDE_CAT_BAD_REQUEST},
+        {500, "", "HTTP 500", DECIDE_CAT_SERVER_ERROR},
+        {429, "too\tmany\x01requests", "HTTP 429: too many requests", DECIDE_CAT_RATE_LIMITED},
+        /* an object that says nothing readable */
+        {500, "{\"object\":\"error\"}", "HTTP 500", DECIDE_CAT_SERVER_ERROR},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        llm_api_result r;
+        llm_api_parse(LLM_PROVIDER_OPENAI, cases[i].status, cases[i].body, strlen(cases[i].body), &r);
+        if (strcmp(r.error, cases[i].error) || r.category != cases[i].cat)
+            fail_msg("case %zu: got \"%s\" (category %d), want \"%s\" (%d)", i, r.error, (int)r.category,
+                     cases[i].error, (int)cases[i].cat);
+        llm_api_result_clear(&r);
+    }
+    /* a title past the error buffer ends on a whole character */
+    char page[600];
+    size_t n = (size_t)snprintf(page, sizeof(page), "<title>");
+    for (int k = 0; k < 150; k++) n += (size_t)snprintf(page + n, sizeof(page) - n, "\xc3\xa9");
+    snprintf(page + n, sizeof(page) - n, "</title>");
+    llm_api_result r;
+    llm_api_parse(LLM_PROVIDER_OPENAI, 502, page, strlen(page), &r);
+    assert_true(util_utf8_valid(r.error, strlen(r.error)));
+    assert_true(strlen(r.error) > 150);
+    llm_api_result_clear(&r);
+}
+
 /* The messages of a JSON array of {role, content}, into out (room for
  * 8), pointing into tree: one part each. */
 static size_t messages_of(const cJSON *tree, llm_api_message *out) {
@@ -921,6 +989,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
+        cmocka_unit_test(test_error_shapes),
         cmocka_unit_test(test_sends_schema),
         cmocka_unit_test(test_answer_copy_out_of_memory),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
