@@ -310,6 +310,7 @@ struct state {
     state_conn_cb conn_cb;
     void *conn_ud;
     sbuf wire;                          /* the command being sent, in RESP (reused) */
+    char evicts[40];                    /* the evicting policy last warned of ("" none) */
 };
 
 #define REPLY_TIMEOUT_MS 5000
@@ -592,6 +593,58 @@ static void ignore_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     if (r && r->type == REDIS_REPLY_ERROR) log_error(NULL, 0, "redis setup: %s", r->str);
 }
 
+/* One field of INFO's text ("name:value" lines), into buf; 0 = found. */
+static int info_field(const char *info, size_t len, const char *name, char *buf, size_t buflen) {
+    size_t nl = strlen(name);
+    const char *p = info, *end = info + len;
+    while (p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol) eol = end;
+        size_t ll = (size_t)(eol - p);
+        if (ll && p[ll - 1] == '\r') ll--;
+        if (ll > nl && !memcmp(p, name, nl) && p[nl] == ':') {
+            size_t vl = ll - nl - 1;
+            if (vl >= buflen) vl = buflen - 1;
+            memcpy(buf, p + nl + 1, vl);
+            buf[vl] = '\0';
+            return 0;
+        }
+        p = eol + 1;
+    }
+    return -1;
+}
+
+int state_parse_eviction(const char *info, size_t len, char *policy, size_t policylen) {
+    char max[32];
+    if (info_field(info, len, "maxmemory", max, sizeof(max)) ||
+        info_field(info, len, "maxmemory_policy", policy, policylen))
+        return -1;
+    /* no maxmemory: nothing is evicted, whatever the policy */
+    return strcmp(max, "0") && strcmp(policy, "noeviction");
+}
+
+/* INFO memory's reply: a Redis that evicts keys at its maxmemory drops
+ * job state (every key of ours has a TTL, so the volatile-* policies take
+ * them too).  An evicted hash runs a finished job again; an evicted
+ * record list leaves a job decided with an event that cannot be made
+ * again.  Said once per setting: a reconnect does not repeat it. */
+static void memory_cb(redisAsyncContext *ac, void *reply, void *privdata) {
+    state *st = ac->data;
+    redisReply *r = reply;
+    char policy[sizeof(st->evicts)];
+    (void)privdata;
+    if (!st || !r || r->type != REDIS_REPLY_STRING) return;
+    int evicts = state_parse_eviction(r->str, r->len, policy, sizeof(policy));
+    if (evicts == 1 && strcmp(policy, st->evicts)) {
+        log_warn(NULL, 0, "redis %s:%d evicts keys at its maxmemory (maxmemory-policy %s): a job whose state is "
+                 "evicted may be paid for again or end with no outcome event; set maxmemory-policy noeviction "
+                 "(a full Redis then refuses writes, and jobs wait)", st->host, st->port, policy);
+        util_concat(st->evicts, sizeof(st->evicts), policy, (char *)NULL);
+    } else if (evicts == 0) {
+        st->evicts[0] = '\0';
+    }
+}
+
 static void reconnect_cb(uv_timer_t *t) { connect_now(t->data); }
 
 /* Doubling from 100 ms up to 1 s: every job waits while Redis is away, so
@@ -630,6 +683,7 @@ static void on_connect(const redisAsyncContext *cac, int status) {
         st->loading[i] = redisAsyncCommand(ac, script_load_cb, (void *)(intptr_t)i, "SCRIPT LOAD %s",
                                            scripts[i]) == REDIS_OK;
     }
+    redisAsyncCommand(ac, memory_cb, NULL, "INFO memory");
     log_info(NULL, 0, "redis %s:%d connected", st->host, st->port);
     flush_queue(st);
     if (st->conn_cb) st->conn_cb(st->conn_ud, 1);

@@ -131,6 +131,12 @@ int state_published(state *st, const char *job_id, int attempt);
  * 0 = ok, -1 on a line of another shape.  Exposed for the unit tests. */
 int state_parse_head(const char *line, size_t len, state_reply *rep, char *buf, size_t buflen);
 
+/* Whether a Redis whose INFO memory reads info[0..len) evicts keys: a
+ * maxmemory set, with any policy but noeviction.  The policy is copied
+ * into policy (cut to policylen).  1 = it evicts, 0 = it does not, -1 =
+ * the fields are missing.  Exposed for the unit tests. */
+int state_parse_eviction(const char *info, size_t len, char *policy, size_t policylen);
+
 /* The command argv[0..argc) (lengths in lens) in Redis's wire format
  * (RESP: an array of bulk strings, what redisFormatCommandArgv writes)
  * into b, replacing what it held.  0 = ok, -1 on out of memory.  Exposed

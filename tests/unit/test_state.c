@@ -120,6 +120,45 @@ static void test_parse_head(void **s)
     }
 }
 
+/* INFO memory's text: a Redis that evicts keys at its maxmemory is told
+ * apart from one that never does. */
+static void test_parse_eviction(void **s)
+{
+    (void)s;
+    static const struct {
+        const char *info;
+        int rc;
+        const char *policy;
+    } cases[] = {
+        {"# Memory\r\nused_memory:1015832\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\n"
+         "maxmemory_policy:noeviction\r\nallocator_frag_ratio:1.00\r\n", 0, "noeviction"},
+        /* a policy, but no maxmemory: nothing is evicted */
+        {"# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n", 0, "allkeys-lru"},
+        {"# Memory\r\nmaxmemory:536870912\r\nmaxmemory_human:512.00M\r\nmaxmemory_policy:allkeys-lru\r\n", 1,
+         "allkeys-lru"},
+        /* our keys all have a TTL: volatile-* takes them too */
+        {"# Memory\r\nmaxmemory:1048576\r\nmaxmemory_policy:volatile-ttl\r\n", 1, "volatile-ttl"},
+        {"# Memory\r\nmaxmemory:1048576\r\nmaxmemory_policy:noeviction\r\n", 0, "noeviction"},
+        /* the last line without its CRLF; \n alone */
+        {"maxmemory_policy:allkeys-lfu\nmaxmemory:10", 1, "allkeys-lfu"},
+        /* maxmemory_human and maxmemory_policy are not maxmemory */
+        {"# Memory\r\nmaxmemory_human:0B\r\nmaxmemory_policy:allkeys-lru\r\n", -1, NULL},
+        {"# Memory\r\nmaxmemory:10\r\n", -1, NULL},
+        {"", -1, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char policy[40] = "";
+        int rc = state_parse_eviction(cases[i].info, strlen(cases[i].info), policy, sizeof(policy));
+        if (rc != cases[i].rc) fail_msg("case %zu: rc %d, expected %d", i, rc, cases[i].rc);
+        if (cases[i].policy) assert_string_equal(policy, cases[i].policy);
+    }
+    /* a policy longer than the buffer is cut, not overrun */
+    char small[8];
+    const char *info = "maxmemory:1\r\nmaxmemory_policy:volatile-lru\r\n";
+    assert_int_equal(state_parse_eviction(info, strlen(info), small, sizeof(small)), 1);
+    assert_string_equal(small, "volatil");
+}
+
 /* libuv still watching an fd number (a handle left on a closed socket)
  * makes the next poll handle on that number fail with EEXIST.  hiredis's
  * libuv adapter set its cleanup before making its handle, so the
@@ -578,6 +617,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_command),
         cmocka_unit_test(test_parse_head),
+        cmocka_unit_test(test_parse_eviction),
         cmocka_unit_test(test_an_fd_libuv_still_watches_is_tried_again),
         cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
                                         redis_stop),
