@@ -92,9 +92,12 @@ void metrics_render(const metrics *m, sbuf *b) {
                    "# TYPE retort_takeovers_total counter\nretort_takeovers_total %llu\n"
                    "# HELP retort_local_retries_total Attempts run by the worker that decided the retry, as soon "
                    "as their retry job was delivered, instead of after it came back through Kafka (retry.local).\n"
-                   "# TYPE retort_local_retries_total counter\nretort_local_retries_total %llu\n",
+                   "# TYPE retort_local_retries_total counter\nretort_local_retries_total %llu\n"
+                   "# HELP retort_records_lost_total Jobs Redis holds as decided whose outcome event may not have "
+                   "been delivered, and whose attempt records, to make it again from, are gone (evicted?).\n"
+                   "# TYPE retort_records_lost_total counter\nretort_records_lost_total %llu\n",
                 (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers,
-                (unsigned long long)m->local_retries);
+                (unsigned long long)m->local_retries, (unsigned long long)m->records_lost);
     sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
     for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++) {
         /* Codes are checked where they are made (rules, plugins); escaped

@@ -1797,7 +1797,19 @@ static void on_begin(void *ud, const state_reply *r) {
             produce_outcome(j);
             return;
         }
-        log_info(j->job.job_id, j->job.attempt, "job already %s; skipping", r->status);
+        if (r->published < r->attempt) {
+            /* Its event may not have left, and there is nothing to make
+             * it from: the records hold the output and the audit trail,
+             * and the hash outlived them (an evicting Redis).  Another
+             * event (an escalation, a new call's final) could contradict
+             * one delivered after all; so it is said loudly instead. */
+            log_warn(j->job.job_id, j->job.attempt, "job already %s, but its attempt records are gone from Redis "
+                     "(evicted?): its outcome event may never have been delivered and cannot be made again; "
+                     "skipping", r->status);
+            w->m.records_lost++;
+        } else {
+            log_info(j->job.job_id, j->job.attempt, "job already %s; skipping", r->status);
+        }
         w->n_skipped++;
         w->m.jobs[METRICS_SKIPPED]++;
         job_done(j);

@@ -168,6 +168,54 @@ def test_decided_retry_with_its_record_lost_is_asked_again(stack):
     assert final["value"]["attempts"] == 1
 
 
+def test_decided_job_with_its_records_lost_is_warned_of(stack):
+    """Redis kept a final job's hash, undelivered, but lost its records (an
+    evicting Redis): there is nothing to make the event from, and no other
+    event may stand in for one perhaps delivered.  The redelivered message
+    is skipped with a warning and counted, and the LLM is not called."""
+    port = free_port()
+    w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1", name="lostall")
+    wait_metrics(port, w)
+    jid = uid("lostall")
+    r = stack.redis_client()
+    r.hset("retort:job:{%s}" % jid, mapping={"attempt": 1, "status": "final", "recorded": 1,
+                                              "owner": "killed-worker:1", "max_attempts": 3, "published": 0})
+    stack.produce_jobs([job(jid)])
+    stack.wait_log("lostall", "job already final, but its attempt records are gone from Redis")
+    samples, _ = settle_metrics(port, lambda m: m.get(("retort_records_lost_total", ())) == 1)
+    assert samples[("retort_records_lost_total", ())] == 1
+    assert not any(k.startswith(jid) for k in stack.llm_stats()["calls"])
+    # a job delivered (published) with its records gone is no loss: skipped quietly
+    jid2 = uid("lostpub")
+    r.hset("retort:job:{%s}" % jid2, mapping={"attempt": 1, "status": "final", "recorded": 1,
+                                               "owner": "killed-worker:1", "max_attempts": 3, "published": 1})
+    stack.produce_jobs([job(jid2)])
+    stack.wait_log("lostall", "job already final; skipping")
+    assert [l["job_id"] for l in stack.log_lines("lostall") if l["msg"] == "job already final; skipping"] == [jid2]
+    assert scrape_metrics(port)[0][("retort_records_lost_total", ())] == 1
+    assert stack.stop_worker(w) == 0
+
+
+def test_an_evicting_redis_is_warned_of(stack):
+    """A Redis with a maxmemory and an evicting policy drops job state: the
+    worker says so when it connects (and a Redis without a maxmemory, as
+    the stack's, is not warned of)."""
+    r = stack.redis_client()
+    quiet = stack.start_worker(name="noevict")
+    stack.wait_log("noevict", "assigned")
+    r.config_set("maxmemory", "512mb")
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        loud = stack.start_worker(name="evict")
+        stack.wait_log("evict", "evicts keys at its maxmemory (maxmemory-policy allkeys-lru)")
+    finally:
+        r.config_set("maxmemory", "0")
+        r.config_set("maxmemory-policy", "noeviction")
+    assert "evicts keys" not in stack.worker_log("noevict")
+    assert stack.stop_worker(loud) == 0
+    assert stack.stop_worker(quiet) == 0
+
+
 def test_static_membership_gives_each_process_its_own_instance_id(stack):
     """kafka.group.instance.id with --processes 2: the processes share the
     config, and two members of one instance id fence each other (the
