@@ -272,6 +272,13 @@ int config_set(config *cfg, const char *key, const char *value, char *err, size_
             snprintf(err, errlen, "config key '%s': must not be empty", key);
             return -1;
         }
+        /* Every key is PREFIX:job:{ID}...: a brace in the prefix would be
+         * the hash tag of every key (one Cluster slot for all), and the
+         * batch commands hold keys in buffers sized for 200 bytes of it */
+        if (!strcmp(key, "redis.key_prefix") && (strlen(value) > 200 || strpbrk(value, "{}"))) {
+            snprintf(err, errlen, "config key '%s': at most 200 bytes, without braces", key);
+            return -1;
+        }
         break;
     }
     if (put(cfg, key, value)) {

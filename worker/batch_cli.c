@@ -193,7 +193,7 @@ static int cmd_watch(int argc, char **argv) {
     config *cfg = NULL;
     redisContext *c = NULL;
     rate_window *w = NULL;
-    char err[1024], key[512];
+    char err[1024], key[BATCH_KEY_MAX];
     int rc = batch_util_args("watch", watch_usage, argc, argv, opts, 3, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;
@@ -387,7 +387,7 @@ static int cmd_results(int argc, char **argv) {
     redisContext *c = NULL;
     batch_ids ids = {0};
     results_ctx ctx = {0};
-    char err[1024], key[512];
+    char err[1024], key[BATCH_KEY_MAX];
     char *errs_path = NULL, *out_tmp = NULL, *errs_tmp = NULL;
     int rc = batch_util_args("results", results_usage, argc, argv, opts, 3, pos, 1, &npos, &cfg);
     if (rc) return rc;

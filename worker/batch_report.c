@@ -484,7 +484,7 @@ int batch_report_main(int argc, char **argv) {
     batch_ids ids = {0};
     report rp = {0};
     cJSON *doc = NULL;
-    char err[1024], key[512];
+    char err[1024], key[BATCH_KEY_MAX];
     int rc = batch_util_args("report", report_usage, argc, argv, opts, 4, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;

@@ -488,7 +488,7 @@ static int store_reply(size_t i, redisReply **r, void *ud, char *err, size_t err
 /* Claims the batch (HSETNX total): fails when any of its keys exists. */
 static int claim_batch(redisContext *c, const config *cfg, const char *batch, const char *file,
                        size_t total, char *err, size_t errlen) {
-    char bkey[512], jkey[512], ikey[512], n[32], now[32], host[128] = "", by[256];
+    char bkey[BATCH_KEY_MAX], jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX], n[32], now[32], host[128] = "", by[256];
     batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
     batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey));
     batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
@@ -527,7 +527,7 @@ done:
  * refresh; inside one (cut_batch) they are QUEUED, and EXEC's answer
  * holds the real ones. */
 static void expire_batch(redisContext *c, const config *cfg, const char *batch) {
-    char key[512], ttl[32];
+    char key[BATCH_KEY_MAX], ttl[32];
     snprintf(ttl, sizeof(ttl), "%lld", config_get_int(cfg, "redis.ttl_s"));
     freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_batch(cfg, batch, key, sizeof(key)), ttl));
     freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_jobs(cfg, batch, key, sizeof(key)), ttl));
@@ -535,7 +535,7 @@ static void expire_batch(redisContext *c, const config *cfg, const char *batch) 
 }
 
 static void forget_batch(redisContext *c, const config *cfg, const char *batch) {
-    char k1[512], k2[512], k3[512];
+    char k1[BATCH_KEY_MAX], k2[BATCH_KEY_MAX], k3[BATCH_KEY_MAX];
     freeReplyObject(redisCommand(c, "DEL %s %s %s", batch_util_key_batch(cfg, batch, k1, sizeof(k1)),
                                  batch_util_key_jobs(cfg, batch, k2, sizeof(k2)),
                                  batch_util_key_input(cfg, batch, k3, sizeof(k3))));
@@ -574,7 +574,7 @@ static int reply_ok(redisContext *c, redisReply *r, const char *what, char *err,
  * transaction (a key of another type), which Redis does not undo. */
 static int cut_batch(redisContext *c, const config *cfg, const char *batch, const sub_jobs *kept,
                      const sub_jobs *cut, char *err, size_t errlen) {
-    char bkey[512], jkey[512], ikey[512], tmp[600];
+    char bkey[BATCH_KEY_MAX], jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX], tmp[BATCH_KEY_MAX + 8];
     batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
     batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey));
     batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
@@ -761,7 +761,7 @@ int batch_submit_main(int argc, char **argv) {
         fprintf(stderr, "retort submit: %zu job_id(s) taken already: nothing submitted\n", cl.refused);
         goto done;
     }
-    char jkey[512], ikey[512];
+    char jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX];
     store_ctx st = {batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey)),
                     batch_util_key_input(cfg, batch, ikey, sizeof(ikey)), &sc.jobs};
     if (batch_util_pipeline(c, sc.jobs.count, 2, store_build, store_reply, &st, err, sizeof(err))) {
@@ -1005,7 +1005,7 @@ int batch_resubmit_main(int argc, char **argv) {
     batch_producer *prod = NULL;
     batch_ids ids = {0};
     resub_ctx rc_ = {0};
-    char err[2048], jkey[512], ikey[512], bkey[512], sha[41];
+    char err[2048], jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX], bkey[BATCH_KEY_MAX], sha[41];
     int rc = batch_util_args("resubmit", resubmit_usage, argc, argv, opts, 3, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;

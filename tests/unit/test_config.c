@@ -50,6 +50,18 @@ static void test_defaults_and_set(void **s) {
     assert_non_null(strstr(err, "must not be empty"));
     assert_int_equal(config_set(c, "events.source", "/x", err, sizeof(err)), 0);
     assert_int_not_equal(config_set(c, "llm.anthropic_version", "", err, sizeof(err)), 0);
+    /* the key prefix: no brace (it would hash-tag every key), 200 bytes at
+     * most (the batch commands' key buffers) */
+    char prefix[202];
+    memset(prefix, 'p', 201);
+    prefix[201] = '\0';
+    assert_int_not_equal(config_set(c, "redis.key_prefix", prefix, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "at most 200 bytes"));
+    prefix[200] = '\0';
+    assert_int_equal(config_set(c, "redis.key_prefix", prefix, err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "redis.key_prefix", "app{1}", err, sizeof(err)), 0);
+    assert_int_not_equal(config_set(c, "redis.key_prefix", "app}", err, sizeof(err)), 0);
+    assert_int_equal(config_set(c, "redis.key_prefix", "app:retort", err, sizeof(err)), 0);
     /* a model's limits have the bounds of ratelimit.rpm and .tpm (its rpm
      * took ten times as many) */
     assert_int_not_equal(config_set(c, "ratelimit.rpm", "500000000", err, sizeof(err)), 0);
