@@ -38,11 +38,14 @@ batch_tally *batch_tally_new(void) {
 }
 
 void batch_tally_clear(batch_tally *t) {
-    for (size_t i = 0; i < t->cap; i++) {
+    /* up to the last key: `retort report` clears a table a job, which
+     * keeps the size the busiest job grew it to */
+    for (size_t i = 0; i < t->cap && t->used; i++) {
+        if (!t->slots[i].key) continue;
         free(t->slots[i].key);
         t->slots[i].key = NULL;
+        t->used--;
     }
-    t->used = 0;
 }
 
 void batch_tally_free(batch_tally *t) {

@@ -106,10 +106,17 @@ static void send_now(delivery *d) {
 
 void webhook_post(webhook *wh, const char *job_id, const char *body) {
     delivery *d = calloc(1, sizeof(*d));
-    if (!d) return;
+    char *id = strdup(job_id), *copy = strdup(body);
+    if (!d || !id || !copy) {
+        log_error(job_id, 0, "out of memory: the escalation webhook is not called");
+        free(d);
+        free(id);
+        free(copy);
+        return;
+    }
     d->wh = wh;
-    d->job_id = strdup(job_id);
-    d->body = strdup(body);
+    d->job_id = id;
+    d->body = copy;
     uv_timer_init(wh->loop, &d->timer);
     d->timer.data = d;
     d->next = wh->list;
