@@ -1131,7 +1131,12 @@ static int in_list(const char *const *list, const char *s)
 }
 
 /* Records every $id of doc (dialect-agnostic) as a key to rd. */
-static int reg_scan(schema_registry *reg, regdoc *rd, const cJSON *js, const char *base, int depth)
+/* Registers the $ids below js (in rd's document) under their absolute
+ * URIs.  0 = ok; -1 with the reason in err: out of memory, or an $id
+ * another document declares (or that is another document's URI), which
+ * would make a $ref to it resolve to whichever was loaded first. */
+static int reg_scan(schema_registry *reg, regdoc *rd, const cJSON *js, const char *base, int depth, char *err,
+                    size_t errlen)
 {
     if (!cJSON_IsObject(js) || depth > MAX_COMPILE_DEPTH)
         return 0;
@@ -1139,11 +1144,14 @@ static int reg_scan(schema_registry *reg, regdoc *rd, const cJSON *js, const cha
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(js, "$id");
     if (cJSON_IsString(id) && id->valuestring[0] != '#') {
         own = schema_uri_resolve(base, id->valuestring);
-        if (!own)
-            return -1;
-        own[schema_uri_base_len(own)] = '\0';
-        char *key = arena_strdup(&reg->a, own);
-        if (!key || smap_put(&reg->map, key, rd) < 0) {
+        char *key = own ? (own[schema_uri_base_len(own)] = '\0', arena_strdup(&reg->a, own)) : NULL;
+        int put = key ? smap_put(&reg->map, key, rd) : -1;
+        const regdoc *other = put == 1 ? smap_get(&reg->map, key) : NULL;
+        if (put < 0 || (other && other != rd)) {
+            if (put < 0)
+                snprintf(err, errlen, "out of memory");
+            else
+                snprintf(err, errlen, "%s: $id %s is taken already, by %s", rd->uri, own, other->uri);
             free(own);
             return -1;
         }
@@ -1152,13 +1160,13 @@ static int reg_scan(schema_registry *reg, regdoc *rd, const cJSON *js, const cha
     int rc = 0;
     for (const cJSON *m = js->child; m && rc == 0; m = m->next) {
         if (in_list(SUBSCHEMA_SINGLE, m->string) && cJSON_IsObject(m))
-            rc = reg_scan(reg, rd, m, base, depth + 1);
+            rc = reg_scan(reg, rd, m, base, depth + 1, err, errlen);
         if (in_list(SUBSCHEMA_ARRAY, m->string) && cJSON_IsArray(m))
             for (const cJSON *c = m->child; c && rc == 0; c = c->next)
-                rc = reg_scan(reg, rd, c, base, depth + 1);
+                rc = reg_scan(reg, rd, c, base, depth + 1, err, errlen);
         if (in_list(SUBSCHEMA_MAP, m->string) && cJSON_IsObject(m))
             for (const cJSON *c = m->child; c && rc == 0; c = c->next)
-                rc = reg_scan(reg, rd, c, base, depth + 1);
+                rc = reg_scan(reg, rd, c, base, depth + 1, err, errlen);
     }
     free(own);
     return rc;
@@ -1193,6 +1201,18 @@ int schema_registry_add(schema_registry *reg, const char *uri, const cJSON *doc,
     if (!norm)
         goto oom;
     norm[schema_uri_base_len(norm)] = '\0';
+    const regdoc *old = smap_get(&reg->map, norm);
+    if (old) {
+        /* the same document again (validate's --ref-dir, then a $ref to
+         * a file in it) changes nothing; another would be found or not
+         * by the order of loading */
+        if (old->uri && !strcmp(old->uri, norm) && cJSON_Compare(old->doc, doc, 1)) {
+            rc = 0;
+        } else {
+            snprintf(err, errlen, "%s is taken already, by %s", norm, old->uri);
+        }
+        goto done;
+    }
     regdoc *rd = arena_alloc(&reg->a, sizeof *rd);
     if (!rd)
         goto oom;
@@ -1204,9 +1224,9 @@ int schema_registry_add(schema_registry *reg, const char *uri, const cJSON *doc,
     }
     rd->next = reg->docs;
     reg->docs = rd;
-    if (smap_put(&reg->map, rd->uri, rd) < 0 || reg_scan(reg, rd, rd->doc, rd->uri, 0) < 0)
+    if (smap_put(&reg->map, rd->uri, rd) < 0)
         goto oom;
-    rc = 0;
+    rc = reg_scan(reg, rd, rd->doc, rd->uri, 0, err, errlen);
     goto done;
 oom:
     snprintf(err, errlen, "out of memory");

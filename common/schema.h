@@ -125,14 +125,19 @@ schema_registry *schema_registry_new(void);
 void schema_registry_free(schema_registry *reg); /* accepts NULL */
 
 /* Registers a document under an absolute URI (its $id, if any, and every
- * embedded $id/$anchor are registered too).  doc: borrowed.  0 = ok.
+ * embedded $id/$anchor are registered too).  doc: borrowed.  0 = ok; the
+ * same document under the same URI again is a no-op.  -1 with the reason
+ * in err on out of memory, or when the URI or one of the document's $ids
+ * is taken by another document (a $ref to it would resolve by the order
+ * of loading); the registry may then hold part of doc.
  * Added: concurrent schema_compile calls may share a registry (they only
  * read it); adding to it must not overlap with them. */
 int schema_registry_add(schema_registry *reg, const char *uri,
                         const cJSON *doc, char *err, size_t errlen);
 
 /* Loads every *.json file below dir (recursively) as base_uri + relative
- * path; files that are not JSON are skipped.  0 = ok. */
+ * path; files that are not JSON are skipped.  0 = ok; -1 with the reason
+ * in err (as schema_registry_add's, naming the file). */
 int schema_registry_load_dir(schema_registry *reg, const char *dir,
                              const char *base_uri, char *err, size_t errlen);
 

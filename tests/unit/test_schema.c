@@ -728,6 +728,50 @@ static void test_registry_remote_ref(void **state)
     schema_free(s);
 }
 
+/* Two documents claiming one URI: a $ref to it resolved to whichever was
+ * loaded first (readdir's order, which differs between machines).  Now
+ * the second is refused, unless it is the same document again. */
+static void test_registry_refuses_a_uri_taken(void **state)
+{
+    (void)state;
+    schema_registry *reg = schema_registry_new();
+    char err[256];
+    cJSON *a = cJSON_Parse("{\"$id\":\"https://example.com/id.json\",\"type\":\"string\","
+                           "\"$defs\":{\"n\":{\"$id\":\"https://example.com/n.json\",\"type\":\"number\"}}}");
+    cJSON *b = cJSON_Parse("{\"$id\":\"https://example.com/id.json\",\"type\":\"integer\"}");
+    cJSON *c = cJSON_Parse("{\"$defs\":{\"x\":{\"$id\":\"https://example.com/n.json\",\"type\":\"null\"}}}");
+    cJSON *d = cJSON_Parse("{\"type\":\"boolean\"}");
+    assert_int_equal(schema_registry_add(reg, "file:///s/a.json", a, err, sizeof err), 0);
+    /* the same again: nothing changes */
+    assert_int_equal(schema_registry_add(reg, "file:///s/a.json", a, err, sizeof err), 0);
+    /* the root $id of another file */
+    assert_int_not_equal(schema_registry_add(reg, "file:///s/b.json", b, err, sizeof err), 0);
+    assert_string_equal(err, "file:///s/b.json: $id https://example.com/id.json is taken already, by file:///s/a.json");
+    /* an embedded $id */
+    assert_int_not_equal(schema_registry_add(reg, "file:///s/c.json", c, err, sizeof err), 0);
+    assert_non_null(strstr(err, "$id https://example.com/n.json is taken already, by file:///s/a.json"));
+    /* a URI that is another document's $id, or another document under
+     * a URI taken */
+    assert_int_not_equal(schema_registry_add(reg, "https://example.com/n.json", d, err, sizeof err), 0);
+    assert_string_equal(err, "https://example.com/n.json is taken already, by file:///s/a.json");
+    assert_int_not_equal(schema_registry_add(reg, "file:///s/a.json", d, err, sizeof err), 0);
+    /* what resolves is the first document's */
+    cJSON *doc = cJSON_Parse("{\"$ref\":\"https://example.com/id.json\"}");
+    schema *s = schema_compile(reg, doc, NULL, err, sizeof err);
+    assert_non_null(s);
+    schema_violations v = { 0 };
+    assert_int_equal(check(s, "\"x\"", &v), 0);
+    assert_int_equal(check(s, "1", &v), 1);
+    schema_violations_clear(&v);
+    schema_free(s);
+    cJSON_Delete(doc);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(c);
+    cJSON_Delete(d);
+    schema_registry_free(reg);
+}
+
 static void test_metaschema_ref(void **state)
 {
     (void)state;
@@ -2259,6 +2303,7 @@ int main(void)
         cmocka_unit_test(test_content_json_strict),
         cmocka_unit_test(test_merged_enum_keeps_long_const),
         cmocka_unit_test(test_registry_remote_ref),
+        cmocka_unit_test(test_registry_refuses_a_uri_taken),
         cmocka_unit_test(test_metaschema_ref),
         cmocka_unit_test(test_draft7_ref_siblings),
         cmocka_unit_test(test_unevaluated),
