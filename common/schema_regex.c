@@ -184,15 +184,225 @@ static int translate_property(pat_buf *b, const char *p, char neg, size_t *used)
     return 0;
 }
 
-/* ECMA-262's NcapturingParens: the capturing groups of the whole pattern
- * (a backreference may come before its group); *named: some are named. */
-static unsigned long count_groups(const char *p, int *named)
+/* Reads a \u escape's code point, p after the "\u": XXXX (two of them
+ * for a surrogate pair) or {X...}.  Returns the characters read, or 0
+ * when it is no such escape; *cp may be a lone surrogate. */
+static size_t unicode_escape(const char *p, long *cp)
 {
-    unsigned long n = 0;
-    int in_cls = 0;
-    *named = 0;
+    if (p[0] == '{') {
+        size_t j = 1;
+        *cp = 0;
+        while (hexdig((unsigned char)p[j]) >= 0 && *cp <= 0x10FFFF)
+            *cp = *cp * 16 + hexdig((unsigned char)p[j++]);
+        return j == 1 || p[j] != '}' || *cp > 0x10FFFF ? 0 : j + 1;
+    }
+    *cp = hex4(p);
+    if (*cp < 0)
+        return 0;
+    if (*cp >= 0xD800 && *cp <= 0xDBFF && p[4] == '\\' && p[5] == 'u') {
+        long lo = hex4(p + 6);
+        if (lo >= 0xDC00 && lo <= 0xDFFF) {
+            *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+            return 10;
+        }
+    }
+    return 4;
+}
+
+/* Group names.  PCRE2 10.42 takes a name of at most 32 code units, of
+ * letters, digits and '_'; ECMA-262 any identifier, of any length ('$',
+ * combining marks, ZWJ, \u escapes).  So each distinct name is given to
+ * PCRE2 as n<id>, id its rank in order of first appearance, and each
+ * \k<name> names the same (the source pattern keeps the user's names). */
+typedef struct group_name {
+    char *name;  /* its string value (\u escapes decoded): UTF-8, len bytes */
+    size_t len;
+    size_t last; /* offset of the '(' of its latest group so far */
+} group_name;
+
+/* A group open at the scan's point, or the pattern itself: where its
+ * alternatives begin (for duplicate names). */
+typedef struct group_frame {
+    size_t open;     /* offset + 1 of its '(' (0: the pattern) */
+    size_t last_bar; /* offset + 1 of its latest own '|' (0: none yet) */
+} group_frame;
+
+/* What translate needs to know of the whole pattern before it starts (a
+ * backreference may come before its group). */
+typedef struct group_info {
+    unsigned long ngroups; /* ECMA-262's NcapturingParens */
+    int named;             /* some group is named */
+    int rename;            /* names become n<id> (0: passed as written) */
+    int dupnames;          /* a name is shared by groups in different
+                              alternatives (ES2025) */
+    size_t clash;          /* offset + 1 of a group sharing its name with
+                              one that might take part too (0: none) */
+    group_name *names;     /* by first appearance: names[k] is n<k+1> */
+    size_t *sorted;        /* indexes into names, ordered by name */
+    size_t nnames, cap;
+    group_frame *frames;   /* [0..depth]: the pattern, open groups */
+    size_t depth, fcap;
+    sbuf tmp;              /* the name being read */
+} group_info;
+
+static void group_info_free(group_info *gi)
+{
+    for (size_t k = 0; k < gi->nnames; k++)
+        free(gi->names[k].name);
+    free(gi->names);
+    free(gi->sorted);
+    free(gi->frames);
+    sbuf_free(&gi->tmp);
+}
+
+/* The length of a named group's opening at p (a '('): "(?<" that opens
+ * no lookbehind, and PCRE2's "(?P<" and "(?'" (strict mode refuses them
+ * in translate); 0 if none.  *close: the character that ends the name. */
+static size_t name_open(const char *p, char *close)
+{
+    *close = '>';
+    if (p[1] != '?')
+        return 0;
+    if (p[2] == '<' && p[3] != '=' && p[3] != '!')
+        return 3;
+    if (p[2] == 'P' && p[3] == '<')
+        return 4;
+    *close = '\'';
+    return p[2] == '\'' ? 3 : 0;
+}
+
+/* How much of the name at p, up to close, an error message shows: the
+ * user's spelling, not n<id>. */
+static int name_shown(const char *p, char close)
+{
+    const char *e = strchr(p, close);
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    return n < 200 ? (int)n : 200;
+}
+
+static int ident_valid(const char *s, size_t n);
+
+/* Reads the group name at p, up to close, into gi->tmp as its string
+ * value, by which ECMA-262 compares names ((?<\u0061>x) is \k<a>'s
+ * group).  Returns 0 with *used (close included), 1 when it is no valid
+ * name (unterminated, an escape other than \u, a lone surrogate, not an
+ * identifier), -1 when out of memory. */
+static int read_name(group_info *gi, const char *p, char close, size_t *used)
+{
+    sbuf *s = &gi->tmp;
+    size_t j = 0;
+    s->len = 0;
+    while (p[j] != close) {
+        if (!p[j])
+            return 1;
+        if (p[j] == '\\') {
+            long cp = 0;
+            size_t n = p[j + 1] == 'u' ? unicode_escape(p + j + 2, &cp) : 0;
+            char u[4];
+            if (!n || (cp >= 0xD800 && cp <= 0xDFFF))
+                return 1;
+            if (sbuf_append(s, u, util_utf8_put(u, (uint32_t)cp)))
+                return -1;
+            j += 2 + n;
+        } else {
+            if (sbuf_append(s, p + j, 1))
+                return -1;
+            j++;
+        }
+    }
+    *used = j + 1;
+    int valid = ident_valid(s->data, s->len);
+    return valid < 0 ? -1 : !valid;
+}
+
+/* Where name s[0..n) is in gi->sorted (*found), or would go. */
+static size_t name_slot(const group_info *gi, const char *s, size_t n, int *found)
+{
+    size_t lo = 0, hi = gi->nnames;
+    *found = 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const group_name *g = &gi->names[gi->sorted[mid]];
+        int c = memcmp(g->name, s, g->len < n ? g->len : n);
+        if (c == 0)
+            c = (g->len > n) - (g->len < n);
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Records the name in gi->tmp for the group whose '(' is at offset at.
+ * A name given before is ES2025's duplicate, allowed when no two of its
+ * groups might both take part: when they are in different alternatives,
+ * i.e. a '|' of the innermost group around both stands between them.
+ * Checking against the name's latest group is enough: two groups are in
+ * different alternatives when a group between them is so with both.
+ * Returns 0, or -1 when out of memory. */
+static int add_name(group_info *gi, size_t at)
+{
+    int found;
+    size_t slot = name_slot(gi, gi->tmp.data, gi->tmp.len, &found);
+    if (found) {
+        group_name *g = &gi->names[gi->sorted[slot]];
+        size_t f = gi->depth;
+        while (gi->frames[f].open > g->last) /* frames[0].open is 0 */
+            f--;
+        if (gi->frames[f].last_bar > g->last)
+            gi->dupnames = 1;
+        else if (!gi->clash)
+            gi->clash = at + 1;
+        g->last = at;
+        return 0;
+    }
+    if (gi->nnames == gi->cap) {
+        size_t nc = gi->cap ? gi->cap * 2 : 8;
+        group_name *nn = realloc(gi->names, nc * sizeof *nn);
+        if (!nn)
+            return -1;
+        gi->names = nn;
+        size_t *ns = realloc(gi->sorted, nc * sizeof *ns);
+        if (!ns)
+            return -1;
+        gi->sorted = ns;
+        gi->cap = nc;
+    }
+    char *copy = malloc(gi->tmp.len);
+    if (!copy)
+        return -1;
+    memcpy(copy, gi->tmp.data, gi->tmp.len);
+    gi->names[gi->nnames] = (group_name){ copy, gi->tmp.len, at };
+    memmove(gi->sorted + slot + 1, gi->sorted + slot, (gi->nnames - slot) * sizeof *gi->sorted);
+    gi->sorted[slot] = gi->nnames++;
+    return 0;
+}
+
+/* Reads the groups of the whole pattern into gi: their number, their
+ * names, where each group's alternatives are.  In lenient mode, a pattern
+ * with PCRE2's own syntax that may refer to a name (\k'n' \k{n} \g{n}
+ * (?P=n) (?&n) (?(<n>)...) ...) or hide one's text ((?#...) (?x) \Q)
+ * keeps its names as written (gi->rename 0), so it compiles and matches
+ * as it always did: it was written for PCRE-like engines, whose names
+ * PCRE2 takes, and renaming in it would take translating all of that
+ * syntax, where one form missed would break a working pattern.  Returns
+ * 0, or -1 when out of memory. */
+static int scan_groups(const char *p, int strict, group_info *gi)
+{
+    int in_cls = 0, pcre_only = 0;
+    gi->fcap = 16;
+    gi->frames = calloc(gi->fcap, sizeof *gi->frames);
+    if (!gi->frames)
+        return -1;
     for (size_t i = 0; p[i]; i++) {
         if (p[i] == '\\') {
+            if ((p[i + 1] == 'k' && p[i + 2] != '<') || p[i + 1] == 'g' || p[i + 1] == 'Q')
+                pcre_only = 1;
             if (p[i + 1])
                 i++;
         } else if (in_cls) {
@@ -205,15 +415,64 @@ static unsigned long count_groups(const char *p, int *named)
                 i += 2;
             else
                 in_cls = 1;
-        } else if (p[i] == '(' && p[i + 1] != '?') {
-            n++;
-        } else if (p[i] == '(' && ((p[i + 2] == '<' && p[i + 3] != '=' && p[i + 3] != '!') ||
-                                   (p[i + 2] == 'P' && p[i + 3] == '<') || p[i + 2] == '\'')) {
-            n++; /* (?<name> and, in lenient mode, PCRE2's (?P<name> (?'name' */
-            *named = 1;
+        } else if (p[i] == '(') {
+            char close;
+            size_t k = name_open(p + i, &close), used;
+            if (p[i + 1] != '?' || k)
+                gi->ngroups++;
+            if (k) {
+                gi->named = 1;
+                /* an invalid name is not recorded: translate says so
+                 * where it stands */
+                int r = read_name(gi, p + i + k, close, &used);
+                if (r < 0 || (r == 0 && add_name(gi, i) < 0))
+                    return -1;
+            } else if (p[i + 1] == '?' && p[i + 2] != ':' && p[i + 2] != '=' && p[i + 2] != '!' &&
+                       p[i + 2] != '<') {
+                pcre_only = 1;
+            }
+            if (gi->depth + 1 == gi->fcap) {
+                group_frame *nf = realloc(gi->frames, 2 * gi->fcap * sizeof *nf);
+                if (!nf)
+                    return -1;
+                gi->frames = nf;
+                gi->fcap *= 2;
+            }
+            gi->frames[++gi->depth] = (group_frame){ i + 1, 0 };
+        } else if (p[i] == ')') {
+            if (gi->depth)
+                gi->depth--;
+        } else if (p[i] == '|') {
+            gi->frames[gi->depth].last_bar = i + 1;
         }
     }
-    return n;
+    gi->rename = strict || !pcre_only;
+    return 0;
+}
+
+/* The id of the group name at p, up to close: 0 with *id and *used, or
+ * -1 with a message in err (what is wrong, with the user's spelling).
+ * ref: a \k<name>, whose name may be no group's. */
+static int name_id(group_info *gi, const char *p, char close, int ref, size_t *used, size_t *id,
+                   char *err, size_t errlen)
+{
+    int found = 0, r = read_name(gi, p, close, used);
+    size_t slot = r == 0 ? name_slot(gi, gi->tmp.data, gi->tmp.len, &found) : 0;
+    if (r == 0 && found) {
+        *id = gi->sorted[slot] + 1;
+        return 0;
+    }
+    if (r < 0)
+        snprintf(err, errlen, "out of memory");
+    else if (r > 0 && !strchr(p, close))
+        snprintf(err, errlen, "group name '%.*s' without its closing %c", name_shown(p, close), p, close);
+    else if (r > 0)
+        snprintf(err, errlen, "invalid group name '%.*s'", name_shown(p, close), p);
+    else
+        snprintf(err, errlen, ref ? "backreference \\k<%.*s> to a group that does not exist"
+                                  : "group name '%.*s' not found", name_shown(p, close), p);
+    util_utf8_cut_end(err); /* the name may be cut inside a character */
+    return -1;
 }
 
 /* Annex B: \N (at pat[i], after the backslash) that is no backreference
@@ -254,12 +513,13 @@ static void cls_atom(cls_state *c, int set)
     c->left_set = set;
 }
 
-/* Translates an ECMA-262 pattern to PCRE2 syntax.  Returns 0, or -1 with
- * a message in err. */
-static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t errlen)
+/* Translates an ECMA-262 pattern to PCRE2 syntax, its groups read into gi
+ * by scan_groups.  Returns 0, or -1 with a message in err. */
+static int translate(const char *pat, int strict, group_info *gi, pat_buf *b, char *err,
+                     size_t errlen)
 {
-    int in_class = 0, named;
-    unsigned long ngroups = count_groups(pat, &named);
+    int in_class = 0;
+    unsigned long ngroups = gi->ngroups;
     cls_state cs = { 0, 0, 0 };
     size_t i = 0;
     while (pat[i]) {
@@ -324,31 +584,12 @@ static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t 
             }
             case 'u': {
                 long cp;
-                if (pat[i] == '{') {
-                    size_t j = i + 1;
-                    cp = 0;
-                    while (hexdig((unsigned char)pat[j]) >= 0 && cp <= 0x10FFFF)
-                        cp = cp * 16 + hexdig((unsigned char)pat[j++]);
-                    if (j == i + 1 || pat[j] != '}' || cp > 0x10FFFF) {
-                        snprintf(err, errlen, "invalid \\u{...} escape");
-                        return -1;
-                    }
-                    i = j + 1;
-                } else {
-                    cp = hex4(pat + i);
-                    if (cp < 0) {
-                        snprintf(err, errlen, "invalid \\u escape");
-                        return -1;
-                    }
-                    i += 4;
-                    if (cp >= 0xD800 && cp <= 0xDBFF && pat[i] == '\\' && pat[i + 1] == 'u') {
-                        long lo = hex4(pat + i + 2);
-                        if (lo >= 0xDC00 && lo <= 0xDFFF) {
-                            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                            i += 6;
-                        }
-                    }
+                size_t n = unicode_escape(pat + i, &cp);
+                if (!n) {
+                    snprintf(err, errlen, pat[i] == '{' ? "invalid \\u{...} escape" : "invalid \\u escape");
+                    return -1;
                 }
+                i += n;
                 if (cp >= 0xD800 && cp <= 0xDFFF) {
                     snprintf(err, errlen, "lone surrogate \\u%04lx is not supported", cp);
                     return -1;
@@ -369,12 +610,25 @@ static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t 
                 /* Annex B: in a pattern without named groups \k is the
                  * letter (\k<a> matches "k<a>") */
                 const char *gt = pat[i] == '<' ? strchr(pat + i, '>') : NULL;
-                if (!named && !strict) {
+                size_t used, id;
+                if (!gi->named && !strict) {
                     sb_str(b, "k");
-                } else if (gt) {
+                } else if (gi->rename && pat[i] != '<') {
+                    /* strict mode: ECMA's \k takes <name> only (lenient
+                     * mode renames nothing in a pattern with PCRE2's
+                     * \k'name' or \k{name}: scan_groups) */
+                    snprintf(err, errlen, "\\k without a <name>");
+                    return -1;
+                } else if (gi->rename) {
                     /* \k<name> in a group of its own, as \N below: PCRE2
                      * 10.42's JIT never matched a quantified one to a
                      * group that took no part */
+                    if (name_id(gi, pat + i + 1, '>', 1, &used, &id, err, errlen) < 0)
+                        return -1;
+                    sb_fmt(b, "(?:\\k<n%zu>)", id);
+                    i += 1 + used;
+                } else if (gt) {
+                    /* the same, the name as written */
                     sb_str(b, "(?:\\k");
                     sb_add(b, pat + i, (size_t)(gt - (pat + i)) + 1);
                     sb_str(b, ")");
@@ -489,7 +743,7 @@ static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t 
             sb_str(b, "[^\\n\\r\\x{2028}\\x{2029}]");
             i++;
             break;
-        case '(':
+        case '(': {
             if (strict && pat[i + 1] == '?') {
                 char g = pat[i + 2];
                 int ok = g == ':' || g == '=' || g == '!' ||
@@ -504,9 +758,20 @@ static int translate(const char *pat, int strict, pat_buf *b, char *err, size_t 
                 snprintf(err, errlen, "unsupported verb (*");
                 return -1;
             }
-            sb_str(b, "(");
-            i++;
+            /* a named group: PCRE2 gets n<id> for its name */
+            char close;
+            size_t k = gi->rename ? name_open(pat + i, &close) : 0, used, id;
+            if (k) {
+                if (name_id(gi, pat + i + k, close, 0, &used, &id, err, errlen) < 0)
+                    return -1;
+                sb_fmt(b, "(?<n%zu>", id);
+                i += k + used;
+            } else {
+                sb_str(b, "(");
+                i++;
+            }
             break;
+        }
         default:
             sb_add(b, &ch, 1);
             i++;
@@ -724,6 +989,8 @@ static int simple_match(const simple_re *r, const char *str, size_t len)
 
 /* Shared, read-only after creation: limits for every match. */
 static pcre2_match_context *g_mctx;
+/* ECMA-262's RegExpIdentifierName, \u escapes decoded: a group name */
+static pcre2_code *g_ident;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_md_key;
 static int g_init_ok;
@@ -766,6 +1033,13 @@ static void regex_global_init(void)
     pcre2_set_match_limit(g_mctx, REGEX_MATCH_LIMIT);
     pcre2_set_depth_limit(g_mctx, REGEX_DEPTH_LIMIT);
     pcre2_set_heap_limit(g_mctx, REGEX_HEAP_LIMIT_KIB);
+    int ec;
+    PCRE2_SIZE off;
+    g_ident = pcre2_compile((PCRE2_SPTR) "[\\p{ID_Start}$_][\\p{ID_Continue}$\\x{200c}\\x{200d}]*",
+                            PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                            &ec, &off, NULL);
+    if (!g_ident)
+        return;
     if (pthread_key_create(&g_md_key, md_destroy) != 0 || pthread_key_create(&g_jit_key, jit_destroy) != 0)
         return;
     pcre2_jit_stack_assign(g_mctx, thread_jit_stack, NULL);
@@ -790,6 +1064,17 @@ static pcre2_match_data *thread_match_data(void)
     return md;
 }
 
+/* 1 when s[0..n) is a group name ECMA-262 takes, 0 when not (UTF-8
+ * checked too: a name's bytes are the pattern's as given), -1 when out of
+ * memory. */
+static int ident_valid(const char *s, size_t n)
+{
+    pcre2_match_data *md = thread_match_data();
+    if (!md)
+        return -1;
+    return pcre2_match(g_ident, (PCRE2_SPTR)(s ? s : ""), n, 0, 0, md, NULL) >= 0;
+}
+
 static schema_regex *regex_compile(const char *pattern, int flags, char *err, size_t errlen,
                                    int *pcre_error)
 {
@@ -804,17 +1089,35 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         return NULL;
     }
     pat_buf b = { 0 };
+    group_info gi = { 0 };
     schema_regex *re = NULL;
-    if (translate(pattern, flags & SCHEMA_REGEX_STRICT, &b, err, errlen) < 0)
+    int strict = flags & SCHEMA_REGEX_STRICT;
+    if (scan_groups(pattern, strict, &gi) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    if (gi.rename && gi.clash) {
+        char close;
+        const char *name = pattern + gi.clash - 1;
+        name += name_open(name, &close);
+        snprintf(err, errlen,
+                 "duplicate group name '%.*s' (only groups in different alternatives may share one)",
+                 name_shown(name, close), name);
+        util_utf8_cut_end(err);
+        goto done;
+    }
+    if (translate(pattern, strict, &gi, &b, err, errlen) < 0)
         goto done;
     int ec = 0;
     PCRE2_SIZE off = 0;
     /* MATCH_UNSET_BACKREF: in ECMA-262 a backreference to a group that
      * has not taken part (yet) matches the empty string; in PCRE2 it
-     * fails. */
+     * fails.  DUPNAMES: ES2025's names shared by groups in different
+     * alternatives (scan_groups checked that they are). */
     pcre2_code *code = pcre2_compile((PCRE2_SPTR)(b.s.data ? b.s.data : ""), b.s.len,
                                      PCRE2_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C |
-                                         PCRE2_MATCH_UNSET_BACKREF,
+                                         PCRE2_MATCH_UNSET_BACKREF |
+                                         (gi.rename && gi.dupnames ? PCRE2_DUPNAMES : 0),
                                      &ec, &off, NULL);
     if (!code) {
         if (pcre_error)
@@ -848,6 +1151,7 @@ static schema_regex *regex_compile(const char *pattern, int flags, char *err, si
         }
     }
 done:
+    group_info_free(&gi);
     sbuf_free(&b.s);
     return re;
 }

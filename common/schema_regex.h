@@ -6,12 +6,18 @@
  * the four ECMA line terminators, '$' matches only at the very end, \uXXXX,
  * \u{X..} and surrogate pairs denote code points, '[]' matches nothing and
  * '[^]' anything, a backreference to a group that did not take part
- * matches the empty string.  Without SCHEMA_REGEX_STRICT, ECMA-262's Annex
- * B holds as in a browser: \N with fewer than N groups is an octal escape
- * (\8 and \9 the digit), \k in a pattern without named groups the letter,
- * and a '-' next to a class escape ([\s-a]) a member of the class.  Matching is by code point (PCRE2_UTF) and unanchored, and
- * is bounded by match, depth and heap limits: a pathological pattern yields
- * -1 from schema_regex_match instead of hanging.
+ * matches the empty string, a group name is any identifier of any length
+ * (\u escapes decoded; PCRE2 gets short names of its own, an error message
+ * the user's) and groups in different alternatives may share one (ES2025).
+ * Without SCHEMA_REGEX_STRICT, ECMA-262's Annex B holds as in a browser:
+ * \N with fewer than N groups is an octal escape (\8 and \9 the digit),
+ * \k in a pattern without named groups the letter, and a '-' next to a
+ * class escape ([\s-a]) a member of the class; and PCRE2's own syntax
+ * works, though a pattern that refers to a name in it (\k'n', (?P=n),
+ * (?&n) ...) keeps PCRE2's limits on names.  Matching is by code point
+ * (PCRE2_UTF) and unanchored, and is bounded by match, depth and heap
+ * limits: a pathological pattern yields -1 from schema_regex_match
+ * instead of hanging.
  *
  * Simple anchored patterns (ASCII literals and classes with quantifiers,
  * like ^[A-Z]{2}-[0-9]{4,8}$) are matched by a small built-in matcher when

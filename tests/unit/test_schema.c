@@ -291,6 +291,11 @@ static void test_regex_fast_path_matches_pcre(void **state)
     }
 }
 
+/* Group names PCRE2 10.42 refuses as they are: one of 40 characters, and
+ * the 32 that two names begin with. */
+#define NAME40 "name_of_forty_characters_for_pcre2_abcde"
+#define PREFIX32 "same_thirty_two_character_prefix"
+
 /* ECMA-262 meanings PCRE2 does not have by default, each pattern with
  * the built-in matcher allowed and without (they must agree).  want: 1
  * match, 0 no match (node's answer: new RegExp(pattern).test(subject)). */
@@ -365,6 +370,29 @@ static void test_regex_ecma_cases(void **state)
         { "^\\k$", "k", 1 },
         { "^\\k<a>$", "k<a>", 1 },
         { "^(?<a>x)\\k<a>$", "xx", 1 },
+        /* group names PCRE2 10.42 refuses (over 32 bytes, '$', a combining
+         * mark, \u escapes) are valid ECMA names: PCRE2 gets others */
+        { "^(?<" NAME40 ">a)b\\k<" NAME40 ">$", "aba", 1 },
+        { "^(?<" NAME40 ">a)b\\k<" NAME40 ">$", "abb", 0 },
+        { "^(?<$a>x)\\k<$a>$", "xx", 1 },
+        { "^(?<$a>x)\\k<$a>$", "xy", 0 },
+        { "^(?<cafe\xcc\x81>x)\\k<cafe\xcc\x81>$", "xx", 1 }, /* e, U+0301 */
+        { "^(?<cafe\xcc\x81>x)\\k<cafe\xcc\x81>$", "xy", 0 },
+        { "^(?<\\u0061\\u{62}>x)\\k<ab>$", "xx", 1 },
+        /* names alike in their first 32 characters are two names */
+        { "^(?<" PREFIX32 "1>x)(?<" PREFIX32 "2>y)\\k<" PREFIX32 "1>$", "xyx", 1 },
+        { "^(?<" PREFIX32 "1>x)(?<" PREFIX32 "2>y)\\k<" PREFIX32 "1>$", "xyy", 0 },
+        /* and so in PCRE2's (?P<name> and (?'name' */
+        { "^(?P<$a>x)(?'" NAME40 "'y)\\k<$a>\\k<" NAME40 ">$", "xyxy", 1 },
+        { "^(?P<$a>x)(?'" NAME40 "'y)\\k<$a>\\k<" NAME40 ">$", "xyyx", 0 },
+        /* a pattern with PCRE2's own references to names keeps its names */
+        { "^(?<a>x)(?P=a)\\k'a'\\k{a}\\g{a}$", "xxxxx", 1 },
+        { "^(?<a>x)(?&a)(?(<a>)y|z)$", "xxy", 1 },
+        { "^(?<a>x)(?P>a)(?(<a>)y|z)$", "xxz", 0 },
+        /* ES2025: groups in different alternatives may share a name */
+        { "^(?:(?<a>x)|(?<a>y))\\k<a>$", "yy", 1 },
+        { "^(?:(?<a>x)|(?<a>y))\\k<a>$", "yx", 0 },
+        { "^(?:(?<a>x)|(?<a>y)|z)\\k<a>$", "z", 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int flags = 0; flags <= SCHEMA_REGEX_PCRE_ONLY; flags += SCHEMA_REGEX_PCRE_ONLY) {
@@ -396,6 +424,15 @@ static void test_regex_strict_validity(void **state)
         { "^\\1$", 0 }, { "^\\12$", 0 }, { "^(a)\\2$", 0 }, { "^[\\1]$", 0 }, { "^\\8$", 0 },
         { "^(a)\\1$", 1 }, { "^\\1(a)$", 1 }, { "^\\10(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)$", 1 },
         { "^\\k$", 0 }, { "^\\k<a>$", 0 }, { "^(?<a>x)\\k<a>$", 1 }, { "^\\0$", 1 },
+        /* a group name is any identifier, of any length, \u escapes decoded;
+         * \k takes <name>, a group's */
+        { "^(?<$a>x)\\k<$a>$", 1 }, { "(?<" NAME40 ">x)\\k<" NAME40 ">", 1 },
+        { "(?<cafe\xcc\x81>x)", 1 }, { "(?<\\u{1d49c}>x)\\k<\xf0\x9d\x92\x9c>", 1 },
+        { "(?<a\\u200db>x)", 1 }, { "(?<a>x)\\k<b>", 0 }, { "(?<" PREFIX32 "1>x)\\k<" PREFIX32 "2>", 0 },
+        { "(?<1a>x)", 0 }, { "(?<a\xe2\x86\x92>x)", 0 }, { "(?<\\ud835>x)", 0 }, { "(?<a>x)\\k'a'", 0 },
+        /* ES2025: only groups in different alternatives share a name */
+        { "(?:(?<a>x)|(?<a>y))", 1 }, { "(?<a>x)|((?<a>y))", 1 }, { "(?<a>x)(?<a>y)", 0 },
+        { "(?<a>x|(?<a>y))", 0 }, { "(?:(?<a>x)|y)(?<a>z)", 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (schema_regex_is_valid(cases[i].pattern) != cases[i].valid)
@@ -692,6 +729,12 @@ static void test_compile_errors(void **state)
         { "{\"type\":\"strnig\"}", "/type" },
         { "{\"allOf\":[]}", "/allOf" },
         { "{\"$ref\":\"http://example.com/nowhere.json\"}", "nowhere" },
+        /* a regex's group names as written, not as PCRE2 is given them */
+        { "{\"pattern\":\"(?<" NAME40 ">x)\\\\k<" NAME40 "x>\"}",
+          "backreference \\k<" NAME40 "x> to a group that does not exist" },
+        { "{\"pattern\":\"(?<$a>x)(?<$a>y)\"}", "duplicate group name '$a'" },
+        { "{\"pattern\":\"(?<a\xe2\x86\x92>x)\"}", "invalid group name 'a\xe2\x86\x92'" },
+        { "{\"pattern\":\"(?<$a>x)\\\\k<$a\"}", "group name '$a' without its closing >" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *doc = cJSON_Parse(cases[i].schema);
@@ -964,6 +1007,9 @@ static void test_regex_long_strings_and_unset_backreferences(void **state)
         { "^(?:(?<n>a)|b)\\\\k<n>+$", "aaa", 1 },
         { "^(?:(?<n>a)|b)\\\\k<n>+$", "ab", 0 },
         { "^(?<name_of_thirty_two_characters_xx>a)\\\\k<name_of_thirty_two_characters_xx>$", "aa", 1 },
+        { "^(?:(?<" NAME40 ">a)|b)\\\\k<" NAME40 ">+$", "b", 1 },
+        { "^(?:(?<" NAME40 ">a)|b)\\\\k<" NAME40 ">+$", "aaa", 1 },
+        { "^(?:(?<" NAME40 ">a)|b)\\\\k<" NAME40 ">+$", "ab", 0 },
         { "^(?<n>a)\\\\k<n>$", "ab", 0 },
     };
     for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
