@@ -434,6 +434,47 @@ static char *text_blocks(const cJSON *content, size_t *len) {
     return out;
 }
 
+/* A job may ask for its answer through a tool of its own (`tools` and a
+ * `tool_choice` that forces it, in its params: the way to structured
+ * output before response formats, and still common).  The model's JSON
+ * then comes as the one call's arguments (OpenAI, a string; the older
+ * function_call too) or input (Anthropic, an object), and is the answer:
+ * read as text, it was empty or the model's words around the call.  More
+ * than one call names no answer.  Taken; NULL when there is none (or out
+ * of memory).  *calls: how many there were. */
+static char *openai_tool_answer(const cJSON *msg, int *calls) {
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    const cJSON *fn = NULL;
+    *calls = cJSON_IsArray(tc) ? cJSON_GetArraySize(tc) : 0;
+    if (*calls == 1) {
+        fn = cJSON_GetObjectItemCaseSensitive(tc->child, "function");
+    } else if (!*calls) {
+        fn = cJSON_GetObjectItemCaseSensitive(msg, "function_call");
+        *calls = cJSON_IsObject(fn);
+    }
+    const char *args = *calls == 1 ? get_str(fn, "arguments") : NULL;
+    return args ? strdup(args) : NULL;
+}
+
+/* Anthropic's: the one tool_use block's input, printed (its numbers as
+ * doubles: an integer past 2^53 does not come back as sent). */
+static char *anthropic_tool_answer(const cJSON *content, int *calls) {
+    const cJSON *block, *input = NULL;
+    *calls = 0;
+    cJSON_ArrayForEach(block, content) {
+        const char *type = get_str(block, "type");
+        if (type && !strcmp(type, "tool_use") && ++*calls == 1)
+            input = cJSON_GetObjectItemCaseSensitive(block, "input");
+    }
+    return *calls == 1 && input ? jsonout_print(input) : NULL;
+}
+
+/* What is said of an answer of several tool calls (EMPTY). */
+static void tool_calls_error(llm_api_result *out, int calls) {
+    if (calls > 1 && out->category == DECIDE_CAT_EMPTY)
+        snprintf(out->error, sizeof(out->error), "the answer is %d tool calls, not one", calls);
+}
+
 static void parse_openai(const cJSON *doc, llm_api_result *out) {
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(doc, "choices");
     const cJSON *choice = cJSON_GetArrayItem(choices, 0);
@@ -456,7 +497,19 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
         size_t n;
         if (cJSON_IsArray(parts) && (out->text = text_blocks(parts, &n))) content = out->text;
     }
+    int calls;
+    char *tool = openai_tool_answer(msg, &calls);
+    if (tool) {
+        free(out->text);
+        out->text = tool;
+        content = tool;
+    } else if (calls) {
+        free(out->text);
+        out->text = NULL;
+        content = NULL;
+    }
     openai_classify(out, get_str(choice, "finish_reason"), get_str(msg, "refusal"), content);
+    tool_calls_error(out, calls);
 }
 
 /* ---- an answer without a DOM -------------------------------------------
@@ -783,6 +836,17 @@ static int oa_message_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     /* content parts (an array) are read by the DOM */
     if (OA_KEY(k, kl, "content")) return !q->a && s->p < s->end && *s->p == '[' ? -1 : oa_take_string(s, &s->content, &q->a);
     if (OA_KEY(k, kl, "refusal")) return oa_take_string(s, &s->refusal, &q->b);
+    /* a tool call is read by the DOM (parse_openai); null and [] are
+     * none (vLLM sends "tool_calls": [] with every answer) */
+    if (OA_KEY(k, kl, "tool_calls") || OA_KEY(k, kl, "function_call")) {
+        const char *v = s->p;
+        if (v < s->end && *v == '{') return -1;
+        if (v < s->end && *v == '[') {
+            for (v++; v < s->end && (*v == ' ' || *v == '\n' || *v == '\r' || *v == '\t'); v++)
+                ;
+            if (v < s->end && *v != ']') return -1;
+        }
+    }
     return oa_value(s);
 }
 
@@ -887,8 +951,13 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
         return;
     }
     size_t total = 0;
-    out->text = text_blocks(content, &total);
+    int calls;
+    out->text = anthropic_tool_answer(content, &calls);
+    if (out->text) total = strlen(out->text);
+    else if (!calls) out->text = text_blocks(content, &total);
+    else out->text = strdup("");
     anthropic_classify(out, sr, 1, total);
+    tool_calls_error(out, calls);
 }
 
 /* ---- the scanner for Anthropic's Messages answers ----------------------
@@ -923,6 +992,7 @@ static int an_block_elem(oa_scan *s, size_t i) {
     if (s->p >= s->end || *s->p != '{') return oa_value(s);
     an_block b = {.type = NULL, .text = NULL};
     if (oa_object(s, an_block_member, &b)) return -1;
+    if (b.type && !strcmp(b.type, "tool_use")) return -1; /* read by the DOM (parse_anthropic) */
     if (!b.type || !b.text || strcmp(b.type, "text")) return 0;
     if (!b.text_esc) return sbuf_append(&s->text, b.text, b.text_len);
     if (sbuf_reserve(&s->text, b.text_len)) return -1;

@@ -758,6 +758,79 @@ static void check_scan(const char *body, size_t len, int scanned) {
 #define CHECK_SCAN_ANTHROPIC(body, scanned) \
     check_scan_of(LLM_PROVIDER_ANTHROPIC, (body), sizeof(body) - 1, (scanned))
 
+/* A job that asks for its answer through a tool of its own: the one
+ * call's arguments (OpenAI) or input (Anthropic) are the answer; the
+ * scanner hands such a body to the DOM, and reads on past an empty one. */
+static void test_tool_answers(void **s) {
+    (void)s;
+    static const struct {
+        llm_provider provider;
+        const char *body;
+        int scanned;
+        decide_category cat;
+        const char *text;   /* NULL: none */
+        const char *error;  /* a part of r.error, or NULL */
+    } cases[] = {
+        {LLM_PROVIDER_OPENAI,
+         "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\","
+         "\"type\":\"function\",\"function\":{\"name\":\"emit\",\"arguments\":\"{\\\"name\\\":\\\"Lamp\\\","
+         "\\\"price\\\":2}\"}}]},\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":9,"
+         "\"completion_tokens\":4}}",
+         0, DECIDE_CAT_OK, "{\"name\":\"Lamp\",\"price\":2}", NULL},
+        /* words around the call are not the answer */
+        {LLM_PROVIDER_OPENAI,
+         "{\"choices\":[{\"message\":{\"content\":\"Calling emit.\",\"tool_calls\":[{\"type\":\"function\","
+         "\"function\":{\"name\":\"emit\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+         0, DECIDE_CAT_OK, "{}", NULL},
+        /* the older function_call */
+        {LLM_PROVIDER_OPENAI,
+         "{\"choices\":[{\"message\":{\"content\":null,\"function_call\":{\"name\":\"emit\",\"arguments\":"
+         "\"[1]\"}},\"finish_reason\":\"function_call\"}]}",
+         0, DECIDE_CAT_OK, "[1]", NULL},
+        /* two calls name no answer */
+        {LLM_PROVIDER_OPENAI,
+         "{\"choices\":[{\"message\":{\"content\":null,\"tool_calls\":[{\"type\":\"function\",\"function\":"
+         "{\"name\":\"a\",\"arguments\":\"{}\"}},{\"type\":\"function\",\"function\":{\"name\":\"b\","
+         "\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+         0, DECIDE_CAT_EMPTY, NULL, "the answer is 2 tool calls, not one"},
+        /* a call without its arguments */
+        {LLM_PROVIDER_OPENAI,
+         "{\"choices\":[{\"message\":{\"content\":\"x\",\"tool_calls\":[{\"type\":\"function\",\"function\":"
+         "{\"name\":\"a\"}}]},\"finish_reason\":\"tool_calls\"}]}",
+         0, DECIDE_CAT_EMPTY, NULL, "empty answer"},
+        /* vLLM's [] and null with every answer: the content, scanned */
+        {LLM_PROVIDER_OPENAI,
+         "{\"choices\":[{\"message\":{\"content\":\"{\\\"a\\\":1}\",\"tool_calls\":[ ],\"function_call\":null},"
+         "\"finish_reason\":\"stop\"}]}",
+         1, DECIDE_CAT_OK, "{\"a\":1}", NULL},
+        {LLM_PROVIDER_ANTHROPIC,
+         "{\"content\":[{\"type\":\"text\",\"text\":\"Here it is.\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\","
+         "\"name\":\"emit\",\"input\":{\"name\":\"Lamp\",\"tags\":[\"a\"],\"price\":24.5}}],"
+         "\"stop_reason\":\"tool_use\",\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}",
+         0, DECIDE_CAT_OK, "{\"name\":\"Lamp\",\"tags\":[\"a\"],\"price\":24.5}", NULL},
+        {LLM_PROVIDER_ANTHROPIC,
+         "{\"content\":[{\"type\":\"tool_use\",\"name\":\"a\",\"input\":{}},{\"type\":\"tool_use\",\"name\":\"b\","
+         "\"input\":{}}],\"stop_reason\":\"tool_use\"}",
+         0, DECIDE_CAT_EMPTY, NULL, "the answer is 2 tool calls, not one"},
+        /* cut in the call: truncated still */
+        {LLM_PROVIDER_ANTHROPIC,
+         "{\"content\":[{\"type\":\"tool_use\",\"name\":\"a\",\"input\":{\"a\":1}}],\"stop_reason\":\"max_tokens\"}",
+         0, DECIDE_CAT_TRUNCATED, "{\"a\":1}", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t len = strlen(cases[i].body);
+        check_scan_of(cases[i].provider, cases[i].body, len, cases[i].scanned);
+        llm_api_result r;
+        llm_api_parse(cases[i].provider, 200, cases[i].body, len, &r);
+        if (r.category != cases[i].cat) fail_msg("case %zu: category %d, want %d", i, (int)r.category, (int)cases[i].cat);
+        if (cases[i].text && (!r.text || strcmp(r.text, cases[i].text)))
+            fail_msg("case %zu: text %s, want %s", i, r.text ? r.text : "(null)", cases[i].text);
+        if (cases[i].error && !strstr(r.error, cases[i].error))
+            fail_msg("case %zu: error \"%s\", want \"%s\"", i, r.error, cases[i].error);
+        llm_api_result_clear(&r);
+    }
+}
+
 /* The answer read without a DOM (the fast path of every OpenAI answer)
  * against cJSON's reading of the same body, on the shapes it reads and
  * on those it must hand over. */
@@ -922,7 +995,7 @@ static void test_anthropic_scan(void **s) {
     free(body);
 
     /* text blocks joined; other blocks, and blocks of the wrong shape, left out */
-    const char *two = "{\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"tool_use\",\"text\":\"X\"},"
+    const char *two = "{\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"thinking\",\"text\":\"X\"},"
                       "{\"type\":\"text\",\"text\":\"c\\u00e9\"},{\"text\":\"Y\"},{\"type\":\"text\"},7,\"s\",[],"
                       "{\"type\":\"text\",\"text\":3}],\"stop_reason\":\"end_turn\","
                       "\"usage\":{\"input_tokens\":9,\"output_tokens\":4}}";
@@ -938,7 +1011,7 @@ static void test_anthropic_scan(void **s) {
      * "text"; a \u0000 in a block not of text does not matter */
     const char *later = "{\"content\":[{\"text\":\"q\\\"1\\n\",\"type\":\"text\"},{\"type\":\"texttexttexttexttext\","
                         "\"text\":\"Z\"},{\"text\":\"\\ud83d\\ude00\\/\",\"type\":\"text\"},{\"type\":\"text\",\"text\":\"e\"},"
-                        "{\"type\":\"tool_use\",\"text\":\"a\\u0000b\"}]}";
+                        "{\"type\":\"thinking\",\"text\":\"a\\u0000b\"}]}";
     assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, later, strlen(later), &r), 0);
     assert_string_equal(r.text, "q\"1\n\xf0\x9f\x98\x80/e");
     llm_api_result_clear(&r);
@@ -990,6 +1063,7 @@ int main(void) {
         cmocka_unit_test(test_openai_shapes),   cmocka_unit_test(test_anthropic_shapes), cmocka_unit_test(test_anthropic_body),
         cmocka_unit_test(test_categories),      cmocka_unit_test(test_build_bodies),
         cmocka_unit_test(test_error_shapes),
+        cmocka_unit_test(test_tool_answers),
         cmocka_unit_test(test_sends_schema),
         cmocka_unit_test(test_answer_copy_out_of_memory),
         cmocka_unit_test(test_reflection_prompt), cmocka_unit_test(test_retry_conversation),
