@@ -118,6 +118,18 @@ static int array_index(const char *tok, size_t *out)
     return 1;
 }
 
+/* The array's element at the index token tok; NULL when tok is no index
+ * or past the end. */
+static const cJSON *array_item(const cJSON *arr, const char *tok)
+{
+    size_t idx;
+    const cJSON *it = NULL;
+    if (array_index(tok, &idx))
+        for (it = arr->child; it && idx; it = it->next)
+            idx--;
+    return it;
+}
+
 int rules_code_valid(const char *code) {
     size_t n = 0;
     if (!code || !(code[0] >= 'A' && code[0] <= 'Z')) return 0;
@@ -142,12 +154,7 @@ const cJSON *rules_pointer_get(const cJSON *doc, const char *pointer)
         if (cJSON_IsObject(cur)) {
             cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
         } else if (cJSON_IsArray(cur)) {
-            size_t idx;
-            const cJSON *it = NULL;
-            if (array_index(tok, &idx))
-                for (it = cur->child; it && idx; it = it->next)
-                    idx--;
-            cur = it;
+            cur = array_item(cur, tok);
         } else {
             cur = NULL;
         }
@@ -839,11 +846,7 @@ static size_t check_each(check_ctx *c, const rule *ru, const cJSON *cur, const c
             if (m->string && !strcmp(m->string, toks))
                 n += check_each(c, ru, m, next, left - 1, path);
     } else if (cJSON_IsArray(cur)) {
-        size_t idx;
-        const cJSON *it = NULL;
-        if (array_index(toks, &idx))
-            for (it = cur->child; it && idx; it = it->next)
-                idx--;
+        const cJSON *it = array_item(cur, toks);
         if (it)
             n = check_each(c, ru, it, next, left - 1, path);
     }

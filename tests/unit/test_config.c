@@ -76,11 +76,7 @@ static void test_defaults_and_set(void **s) {
     config_free(NULL);
 }
 
-char *__real_strdup(const char *s);
-static int fail_strdup;
-char *__wrap_strdup(const char *s) {
-    return fail_strdup ? NULL : __real_strdup(s);
-}
+#include "fail_strdup.h"
 
 /* Out of memory setting a key of every kind says so: some paths returned
  * -1 with err as it was, which the callers print (a buffer of the stack,

@@ -219,11 +219,7 @@ static void test_anthropic_shapes(void **s) {
     free(body);
 }
 
-char *__real_strdup(const char *s);
-static int fail_strdup;
-char *__wrap_strdup(const char *s) {
-    return fail_strdup ? NULL : __real_strdup(s);
-}
+#include "fail_strdup.h"
 
 /* Out of memory copying the answer's text: the category said ok with no
  * text, and the worker's validation read it (strlen(NULL)). */
