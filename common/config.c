@@ -53,7 +53,7 @@ static const cfg_def cfg_defs[] = {
     I("llm.timeout_ms", "60000", 100, 3600000, "whole-request timeout"),
     I("llm.connect_timeout_ms", "5000", 100, 600000, "connect timeout"),
     S("llm.ca_file", "", "PEM bundle of CA certificates that verify the LLM endpoint's TLS certificate (empty: the system's store)"),
-    I("llm.max_response_bytes", "4194304", 1024, 1073741824, "cap on a response body; larger answers fail as network errors"),
+    I("llm.max_response_bytes", "4194304", 1024, 1073741824, "cap on a response body; a larger answer (2xx) is unread and repaired as a cut one (category truncated), a larger error body is a network error"),
     I("llm.max_inflight", "64", 1, 100000, "LLM calls in flight per worker process"),
     E("llm.response_format", "auto", "auto|on|off", "send the schema as response_format json_schema (auto: strict only when the schema allows it)"),
     I("llm.max_tokens", "1024", 1, 1000000, "max_tokens sent when a job's params set none (required by Anthropic)"),

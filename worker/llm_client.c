@@ -435,6 +435,11 @@ static void check_done(lane *ln) {
             if (resp.status < 200 || resp.status > 299) read_retry_headers(easy, call);
             resp.body = call->resp ? call->resp : "";
             resp.body_len = call->resp_len;
+        } else if (call->too_large && code == CURLE_WRITE_ERROR &&
+                   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &resp.status) == CURLE_OK && resp.status >= 200 &&
+                   resp.status <= 299) {
+            resp.too_large = 1;
+            resp.body = "";
         } else {
             resp.status = 0;
             resp.transport = code == CURLE_OPERATION_TIMEDOUT ? DECIDE_CAT_TIMEOUT : DECIDE_CAT_NETWORK;

@@ -35,6 +35,9 @@ typedef struct llm_response {
     long retry_after_ms;         /* retry-after-ms / Retry-After; -1 when absent */
     int should_retry;            /* x-should-retry: 1 true, 0 false, -1 absent */
     double latency_ms;           /* whole call */
+    int too_large;               /* status 2xx: the body passed llm.max_response_bytes, unread
+                                  * (body is ""): an answer the worker cannot take, not a
+                                  * failure of the network */
 } llm_response;
 
 /* Called once per call, on the loop thread, unless the call was cancelled.

@@ -1369,6 +1369,14 @@ static void on_llm_done(void *ud, const llm_response *resp) {
          * or an outage's retries would leave the bucket owing for minutes
          * after it. */
         if (resp->transport != DECIDE_CAT_TIMEOUT) rate_settle(j, 0, 0);
+    } else if (resp->too_large) {
+        /* The model answered, at length: called again it answers at
+         * length again, each time paid for (its tokens unknown: the
+         * estimate stays spent).  A cut answer, repaired by asking for
+         * less. */
+        j->cat = DECIDE_CAT_TRUNCATED;
+        snprintf(j->error, sizeof(j->error), "answer larger than llm.max_response_bytes (%lld bytes)",
+                 config_get_int(w->cfg, "llm.max_response_bytes"));
     } else {
         llm_api_result res;
         llm_api_parse(w->provider, resp->status, resp->body, resp->body_len, &res);
@@ -1396,8 +1404,9 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         break;
     case DECIDE_CAT_TRUNCATED:
         j->violations = cJSON_CreateArray();
-        cJSON_AddItemToArray(j->violations, violation("", "TRUNCATED",
-            "the answer was cut off at the token limit; give a complete but more concise JSON value"));
+        cJSON_AddItemToArray(j->violations, violation("", "TRUNCATED", resp->too_large
+            ? "the answer was longer than this service accepts; give a complete but more concise JSON value"
+            : "the answer was cut off at the token limit; give a complete but more concise JSON value"));
         break;
     case DECIDE_CAT_EMPTY:
         j->violations = cJSON_CreateArray();

@@ -2,6 +2,7 @@
 workers, Redis going away, broker errors; plus budgets, the escalation
 webhook and `retort status`."""
 import base64
+import collections
 import datetime
 import http.server
 import json
@@ -1500,6 +1501,53 @@ def test_an_answer_that_is_not_utf8_is_retried_and_escalated_in_utf8(stack, enve
         assert retry["reflection"]["previous_output"] == outputs[0]
     assert not [m for m in stack.consume("retort.dlq") if m["key"] == jid]
     assert stack.stop_worker(w) == 0
+
+
+def test_an_answer_over_max_response_bytes_is_repaired_as_a_cut_one(stack):
+    """A 200 whose body passes llm.max_response_bytes is the model's answer,
+    paid for, at length: it was a network error, called again in place
+    (paid again, as long) and escalated as one, its token estimate given
+    back.  It is a cut answer now: the next attempt asks for less, with a
+    TRUNCATED violation that says why."""
+    calls = collections.Counter()
+    big = json.dumps({"rows": ["x" * 40] * 100})           # 4.5 KB
+    small = json.dumps({"rows": ["x"]})
+
+    class Long(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            jid, att = self.headers["X-Retort-Job-Id"], int(self.headers["X-Retort-Attempt"])
+            calls[(jid, att)] += 1
+            send_json(self, 200, chat_completion(big if "always" in jid or att == 1 else small))
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Long)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        w = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+                               "--set", "llm.max_response_bytes=2048")
+        once, always = uid("long-once"), uid("long-always")
+        stack.produce_jobs([job(once, schema={"type": "object"}),
+                            job(always, schema={"type": "object"}, max_attempts=2)])
+        outs = check_exactly_once(stack, [once, always])
+        by_job = {m["value"]["job_id"]: m for m in outs}
+        assert by_job[once]["headers"]["ce_type"] == "retort.job.final"
+        assert by_job[once]["value"]["attempt"] == 2 and by_job[once]["value"]["output"] == json.loads(small)
+        esc = by_job[always]["value"]
+        assert by_job[always]["headers"]["ce_type"] == "retort.job.escalated", esc
+        assert esc["category"] == "truncated" and "after 2 attempts" in esc["reason"], esc
+        # one call an attempt: none again in place
+        assert dict(calls) == {(once, 1): 1, (once, 2): 1, (always, 1): 1, (always, 2): 1}, dict(calls)
+        retry = [m["value"] for m in stack.consume("retort.jobs")
+                 if m["headers"].get("ce_type") == "retort.job.retry" and m["value"]["job_id"] == once]
+        assert len(retry) == 1, retry
+        v = retry[0]["reflection"]["violations"]
+        assert [x["code"] for x in v] == ["TRUNCATED"] and "longer than this service accepts" in v[0]["message"], v
+        assert stack.stop_worker(w) == 0
+    finally:
+        srv.shutdown()
 
 
 def test_a_webhook_answering_2xx_with_a_large_body_is_posted_once(stack):
