@@ -55,12 +55,35 @@
  *                  the retry headers as http=)
  *   hang=1         never answer; the peer is checked every second and the
  *                  connection dropped once the client has gone
+ *   tool_calls=N   (1..16) a request that forces a tool is answered with N
+ *                  calls of it, each with the same arguments, on every
+ *                  attempt (a client must not take one of several as the
+ *                  answer); refused (400) in a request that forces none
  * An unknown key or value is answered with 400 so a typo in a test shows.
  * The field of missing_field/wrong_type/invalid_value is field=, else the
  * root's first `required`, else its first property; a non-object root gets
  * no field defect.  invalid_value on a field without enum/const/pattern/
  * format/minimum/maximum/minLength/maxLength breaks the first top-level
  * property that has one (and that one's path is the violated path).
+ * Forced tools: a request whose tool_choice forces a tool of its own
+ * (OpenAI: tools [{"type":"function","function":{"name","parameters"}}]
+ * and tool_choice {"type":"function","function":{"name"}} or "required";
+ * Anthropic: tools [{"name","input_schema"}] and tool_choice
+ * {"type":"tool","name"} or {"type":"any"}; "required" and "any" call the
+ * first tool) is answered as the APIs answer it: the JSON goes out as the
+ * call's arguments, a string (OpenAI: content null, finish_reason stop
+ * for a named tool as OpenAI sends it, tool_calls for "required" as vLLM
+ * does; length when truncated cut the arguments), or as the tool_use
+ * block's input object (Anthropic: stop_reason tool_use).  It is
+ * generated from the tool's parameters / input_schema, the schema the
+ * model is held to when it calls the tool (from the usual schema when the
+ * tool has none); the directives apply as to a text answer.  Anthropic's
+ * input is an object: an answer that is none (not_json, fenced, prose,
+ * empty, truncated, nul_text; answer_b64 that is not a JSON object) goes
+ * out as a text block as without tools, and refusal is a refusal in both.
+ * Malformed tools or tool_choice (a tool without its name or schema, a
+ * choice naming no tool of the request, tool_choice without tools) are
+ * answered 400 invalid_request_error, as the APIs answer them.
  * `calls` of /stats count requests by X-Retort-Job-Id:X-Retort-Attempt;
  * http=STATUS times=K counts the same way (without those headers: by the
  * first user message and the computed attempt).
@@ -1638,6 +1661,7 @@ typedef struct directives {
     char should_retry[8];
     char answer[768]; /* answer_b64, decoded; "" = none */
     int hang;
+    long tool_calls; /* 0: not given (one call when a tool is forced) */
     int bad; /* an unknown key or value: answered 400 so tests notice */
     char bad_what[96];
 } directives;
@@ -1764,7 +1788,11 @@ static void directives_parse(const char *text, directives *d)
                 d->hang = n != 0;
             else if (!strcmp(key, "quota"))
                 d->quota = n != 0;
-            else
+            else if (!strcmp(key, "tool_calls")) {
+                if (n < 1 || n > 16)
+                    goto bad;
+                d->tool_calls = n;
+            } else
                 goto bad;
         }
         continue;
@@ -2203,6 +2231,172 @@ static cJSON *find_schema(const cJSON *req, enum api api, const chat *c)
     return NULL;
 }
 
+/* The tool a request forces the model to call (the header's "Forced
+ * tools").  With it, a real model answers with a call of that tool, its
+ * arguments held to the tool's schema, and never with text. */
+typedef struct forced_tool {
+    const char *name;    /* NULL: no tool forced, the answer is text */
+    const cJSON *schema; /* its parameters / input_schema; may be NULL */
+    int named;           /* tool_choice named it ("required"/"any" did not) */
+} forced_tool;
+
+/* A tool's name and schema, or NULL for a tool the mock does not call:
+ * OpenAI's other kinds (custom), Anthropic's server tools (a type other
+ * than custom: web_search_..., bash_...). */
+static const char *tool_name(const cJSON *t, enum api api, const cJSON **schema)
+{
+    const cJSON *type = obj_get(t, "type"), *fn = t, *name;
+
+    if (api == API_OPENAI) {
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return NULL;
+        fn = obj_get(t, "function");
+    } else if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "custom"))) {
+        return NULL;
+    }
+    name = obj_get(fn, "name");
+    *schema = obj_get(fn, api == API_OPENAI ? "parameters" : "input_schema");
+    return cJSON_IsString(name) ? name->valuestring : NULL;
+}
+
+/* Reads the tool req forces into *ft.  -1, with the message into err, for
+ * tools or a tool_choice the API refuses with 400 (so a client that
+ * sends them wrong fails here as it would there). */
+static int forced_tool_read(const cJSON *req, enum api api, forced_tool *ft, char *err, size_t errlen)
+{
+    const cJSON *tools = obj_get(req, "tools"), *choice = obj_get(req, "tool_choice"), *t, *type, *name;
+    const char *want = NULL; /* the tool tool_choice names; NULL: any */
+    int i = 0;
+
+    memset(ft, 0, sizeof(*ft));
+    if (cJSON_IsNull(tools))
+        tools = NULL;
+    if (cJSON_IsNull(choice))
+        choice = NULL;
+    if (tools && !cJSON_IsArray(tools)) {
+        snprintf(err, errlen, "%s", api == API_OPENAI ? "Invalid type for 'tools': expected an array."
+                                                      : "tools: Input should be a valid list");
+        return -1;
+    }
+    if (api == API_OPENAI && tools && !tools->child) {
+        snprintf(err, errlen, "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an "
+                              "empty array instead.");
+        return -1;
+    }
+    cJSON_ArrayForEach(t, tools) {
+        type = obj_get(t, "type");
+        if (!cJSON_IsObject(t)) {
+            snprintf(err, errlen, api == API_OPENAI ? "Invalid type for 'tools[%d]': expected an object."
+                                                    : "tools.%d: Input should be a valid dictionary", i);
+            return -1;
+        }
+        if (api == API_OPENAI) {
+            if (!cJSON_IsString(type)) {
+                snprintf(err, errlen, "Missing required parameter: 'tools[%d].type'.", i);
+                return -1;
+            }
+            if (!strcmp(type->valuestring, "function") &&
+                !cJSON_IsString(obj_get(obj_get(t, "function"), "name"))) {
+                snprintf(err, errlen, "Missing required parameter: 'tools[%d].function.name'.", i);
+                return -1;
+            }
+        } else if (!type || (cJSON_IsString(type) && !strcmp(type->valuestring, "custom"))) {
+            if (!cJSON_IsString(obj_get(t, "name"))) {
+                snprintf(err, errlen, "tools.%d.custom.name: Field required", i);
+                return -1;
+            }
+            if (!cJSON_IsObject(obj_get(t, "input_schema"))) {
+                snprintf(err, errlen, "tools.%d.custom.input_schema: Field required", i);
+                return -1;
+            }
+        }
+        i++;
+    }
+    if (!choice)
+        return 0;
+    if (api == API_OPENAI) {
+        if (!tools) {
+            snprintf(err, errlen, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+                                  "specified.");
+            return -1;
+        }
+        if (cJSON_IsString(choice)) {
+            if (!strcmp(choice->valuestring, "none") || !strcmp(choice->valuestring, "auto"))
+                return 0;
+            if (strcmp(choice->valuestring, "required")) {
+                snprintf(err, errlen, "Invalid value: '%.60s'. Supported values are: 'none', 'auto', and "
+                                      "'required'.", choice->valuestring);
+                return -1;
+            }
+        } else if (cJSON_IsObject(choice)) {
+            type = obj_get(choice, "type");
+            if (!cJSON_IsString(type)) {
+                snprintf(err, errlen, "Missing required parameter: 'tool_choice.type'.");
+                return -1;
+            }
+            if (strcmp(type->valuestring, "function"))
+                return 0; /* allowed_tools, custom: not modelled, answered in text */
+            name = obj_get(obj_get(choice, "function"), "name");
+            if (!cJSON_IsString(name)) {
+                snprintf(err, errlen, "Missing required parameter: 'tool_choice.function.name'.");
+                return -1;
+            }
+            want = name->valuestring;
+        } else {
+            snprintf(err, errlen, "Invalid type for 'tool_choice': expected one of a string or an object.");
+            return -1;
+        }
+    } else {
+        type = obj_get(choice, "type");
+        if (!cJSON_IsString(type)) {
+            snprintf(err, errlen, "tool_choice.type: Field required");
+            return -1;
+        }
+        if (!strcmp(type->valuestring, "auto") || !strcmp(type->valuestring, "none"))
+            return 0;
+        if (!strcmp(type->valuestring, "tool")) {
+            name = obj_get(choice, "name");
+            if (!cJSON_IsString(name)) {
+                snprintf(err, errlen, "tool_choice.tool.name: Field required");
+                return -1;
+            }
+            want = name->valuestring;
+        } else if (strcmp(type->valuestring, "any")) {
+            snprintf(err, errlen, "tool_choice: Input tag '%.40s' found using 'type' does not match any of the "
+                                  "expected tags: 'auto', 'any', 'tool', 'none'", type->valuestring);
+            return -1;
+        }
+        if (!tools) {
+            snprintf(err, errlen, "tool_choice: a tool_choice that forces tool use needs tools");
+            return -1;
+        }
+    }
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *schema = NULL;
+        const char *n = tool_name(t, api, &schema);
+
+        if (n && (!want || !strcmp(n, want))) {
+            ft->name = n;
+            ft->schema = schema;
+            ft->named = want != NULL;
+            break;
+        }
+    }
+    if (want && !ft->name) {
+        snprintf(err, errlen, "tool_choice: no tool named '%.100s' in tools", want);
+        return -1;
+    }
+    /* As Anthropic: extended thinking cannot be forced into a tool call */
+    if (api == API_ANTHROPIC && ft->name) {
+        type = obj_get(obj_get(req, "thinking"), "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "enabled")) {
+            snprintf(err, errlen, "Thinking may not be enabled when tool_choice forces tool use.");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* answers                                                                  */
 
@@ -2323,13 +2517,66 @@ static long tokens(size_t bytes)
     return (long)((bytes + 3) / 4);
 }
 
+/* How the answer goes out when the request forces a tool: ft->name NULL
+ * (or a refusal) as text; else `calls` calls of it, OpenAI's arguments
+ * being the text, Anthropic's input the object `input` (NULL: the answer
+ * is no object, and goes out as text). */
+typedef struct tool_out {
+    const forced_tool *ft;
+    int calls;
+    const cJSON *input;
+} tool_out;
+
+/* The calls of an answer to a forced tool, into o (the message / the
+ * Messages response).  0, or -1 out of memory. */
+static int tool_calls_add(cJSON *o, enum api api, const tool_out *to, const char *text, unsigned long long id)
+{
+    cJSON *list = cJSON_AddArrayToObject(o, api == API_ANTHROPIC ? "content" : "tool_calls");
+    char idbuf[64];
+    int i;
+
+    if (!list)
+        return -1;
+    for (i = 0; i < to->calls; i++) {
+        cJSON *call = cJSON_CreateObject(), *fn;
+
+        if (!call)
+            return -1;
+        cJSON_AddItemToArray(list, call);
+        if (api == API_ANTHROPIC) {
+            cJSON *input = cJSON_Duplicate(to->input, 1);
+
+            snprintf(idbuf, sizeof(idbuf), "toolu_mock%016llx%02d", id, i);
+            if (!input || !cJSON_AddStringToObject(call, "type", "tool_use") ||
+                !cJSON_AddStringToObject(call, "id", idbuf) || !cJSON_AddStringToObject(call, "name", to->ft->name)) {
+                cJSON_Delete(input);
+                return -1;
+            }
+            if (!cJSON_AddItemToObject(call, "input", input)) {
+                cJSON_Delete(input);
+                return -1;
+            }
+        } else {
+            snprintf(idbuf, sizeof(idbuf), "call_mock%016llx%02d", id, i);
+            if (!cJSON_AddStringToObject(call, "id", idbuf) || !cJSON_AddStringToObject(call, "type", "function") ||
+                !(fn = cJSON_AddObjectToObject(call, "function")) ||
+                !cJSON_AddStringToObject(fn, "name", to->ft->name) || !cJSON_AddStringToObject(fn, "arguments", text))
+                return -1;
+        }
+    }
+    return 0;
+}
+
 static void success_body(answer *a, enum api api, const cJSON *req, const char *text, int refusal,
-                         int cut, size_t prompt_bytes)
+                         int cut, size_t prompt_bytes, const tool_out *to)
 {
     const cJSON *model = obj_get(req, "model");
     const char *mname = cJSON_IsString(model) ? model->valuestring : "mock-model";
     unsigned long long id = atomic_fetch_add(&g_id_counter, 1) + 1;
-    long pt = tokens(prompt_bytes), ct = tokens(strlen(text));
+    /* a call of a forced tool: never a refusal; Anthropic's only when its
+     * input is an object */
+    int tool = to && to->ft->name && !refusal && (api == API_OPENAI || to->input);
+    long pt = tokens(prompt_bytes), ct = tokens(strlen(text) * (size_t)(tool ? to->calls : 1));
     char idbuf[48];
     cJSON *o = cJSON_CreateObject(), *u;
 
@@ -2342,12 +2589,18 @@ static void success_body(answer *a, enum api api, const cJSON *req, const char *
         cJSON_AddStringToObject(o, "type", "message");
         cJSON_AddStringToObject(o, "role", "assistant");
         cJSON_AddStringToObject(o, "model", mname);
-        content = cJSON_AddArrayToObject(o, "content");
-        blk = cJSON_CreateObject();
-        cJSON_AddStringToObject(blk, "type", "text");
-        cJSON_AddStringToObject(blk, "text", text);
-        cJSON_AddItemToArray(content, blk);
-        cJSON_AddStringToObject(o, "stop_reason", refusal ? "refusal" : cut ? "max_tokens" : "end_turn");
+        if (tool) {
+            if (tool_calls_add(o, api, to, text, id))
+                goto oom;
+        } else {
+            content = cJSON_AddArrayToObject(o, "content");
+            blk = cJSON_CreateObject();
+            cJSON_AddStringToObject(blk, "type", "text");
+            cJSON_AddStringToObject(blk, "text", text);
+            cJSON_AddItemToArray(content, blk);
+        }
+        cJSON_AddStringToObject(o, "stop_reason",
+                                refusal ? "refusal" : cut ? "max_tokens" : tool ? "tool_use" : "end_turn");
         cJSON_AddNullToObject(o, "stop_sequence");
         u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "input_tokens", (double)pt);
@@ -2368,12 +2621,21 @@ static void success_body(answer *a, enum api api, const cJSON *req, const char *
         if (refusal) {
             cJSON_AddNullToObject(msg, "content");
             cJSON_AddStringToObject(msg, "refusal", text);
+        } else if (tool) {
+            cJSON_AddNullToObject(msg, "content");
+            cJSON_AddNullToObject(msg, "refusal");
+            if (tool_calls_add(msg, api, to, text, id))
+                goto oom;
         } else {
             cJSON_AddStringToObject(msg, "content", text);
             cJSON_AddNullToObject(msg, "refusal");
         }
         cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddStringToObject(ch, "finish_reason", cut ? "length" : "stop");
+        /* OpenAI says stop when tool_choice named the function (not
+         * tool_calls: a client that looks for the call only after
+         * tool_calls misses it); vLLM says tool_calls for "required" */
+        cJSON_AddStringToObject(ch, "finish_reason",
+                                cut ? "length" : tool && !to->ft->named ? "tool_calls" : "stop");
         cJSON_AddItemToArray(choices, ch);
         u = cJSON_AddObjectToObject(o, "usage");
         cJSON_AddNumberToObject(u, "prompt_tokens", (double)pt);
@@ -2383,6 +2645,18 @@ static void success_body(answer *a, enum api api, const cJSON *req, const char *
     free(a->body);
     a->body = jsonout_print(o);
     cJSON_Delete(o);
+    return;
+oom:
+    cJSON_Delete(o);
+    error_body(a, api, 500, "out of memory building the answer (mock)");
+}
+
+/* The defects that change the answer's text rather than its value: their
+ * answer is no JSON object (or, refusal, no answer). */
+static int defect_breaks_text(enum defect d)
+{
+    return d == D_NOT_JSON || d == D_FENCED || d == D_PROSE || d == D_REFUSAL || d == D_EMPTY ||
+           d == D_TRUNCATED || d == D_NUL_TEXT;
 }
 
 static int defect_has_repair_rule(enum defect d)
@@ -2424,6 +2698,10 @@ static void llm_answer(const llm_in *in, answer *a)
     int active, refusal = 0, cut = 0;
     long n;
     const cJSON *root_eff = NULL;
+    forced_tool ft;
+    tool_out to;
+    cJSON *b64_input = NULL;
+    char err[256];
 
     memset(&c, 0, sizeof(c));
     memset(&g, 0, sizeof(g));
@@ -2469,6 +2747,11 @@ static void llm_answer(const llm_in *in, answer *a)
                                     "or the anthropic-beta header structured-outputs-2025-11-13)");
         goto done;
     }
+    if (forced_tool_read(req, in->api, &ft, err, sizeof(err))) {
+        error_body(a, in->api, 400, err);
+        plain_invalid_request(a, in->api);
+        goto done;
+    }
     chat_read(req, in->api, &c);
     /* Retort's retries carry only the last output, never every past one:
      * its X-Retort-Attempt header says which attempt this is. */
@@ -2480,6 +2763,11 @@ static void llm_answer(const llm_in *in, answer *a)
     if (d.latency_ms >= 0 || d.jitter_ms >= 0)
         a->delay_ms = (d.latency_ms >= 0 ? d.latency_ms : g_opt.latency_ms) +
                       jitter(d.jitter_ms >= 0 ? d.jitter_ms : g_opt.jitter_ms);
+    if (d.tool_calls && !ft.name && !d.bad) {
+        d.bad = 1; /* a test that asks for calls must send a request that makes them */
+        snprintf(d.bad_what, sizeof(d.bad_what), "tool_calls=%ld in a request whose tool_choice forces no tool",
+                 d.tool_calls);
+    }
     if (d.bad) {
         error_body(a, in->api, 400, d.bad_what);
         plain_invalid_request(a, in->api);
@@ -2515,7 +2803,12 @@ static void llm_answer(const llm_in *in, answer *a)
     /* the answer proper */
     g.seed = hash_str(c.first_user.p);
     g.tmp = cJSON_CreateArray();
-    schema = find_schema(req, in->api, &c);
+    /* a forced call's arguments are held to the tool's schema, not to
+     * response_format's (which shapes text the model does not write) */
+    if (ft.name && cJSON_IsObject(ft.schema) && ft.schema->child)
+        schema = cJSON_Duplicate(ft.schema, 1);
+    else
+        schema = find_schema(req, in->api, &c);
     if (schema) {
         g.root = schema;
         root_eff = effective(&g, schema, 0);
@@ -2597,11 +2890,30 @@ static void llm_answer(const llm_in *in, answer *a)
         default: break;
         }
     }
-    success_body(a, in->api, req, text, refusal, cut, c.content_bytes);
-    if (active && d.defect == D_NUL_TEXT)
-        nul_mark_to_escape(a->body); /* in the body: an escape of the text's JSON string */
+    to.ft = &ft;
+    to.calls = d.tool_calls ? (int)d.tool_calls : 1;
+    to.input = NULL;
+    if (ft.name && in->api == API_ANTHROPIC) {
+        /* Anthropic's input is an object: the value, defects and all, when
+         * it is one; the defects that make the text no JSON value (and an
+         * answer_b64 that is no object) leave the answer in text */
+        if (d.answer[0]) {
+            b64_input = cJSON_Parse(d.answer);
+            to.input = cJSON_IsObject(b64_input) ? b64_input : NULL;
+        } else if (!(active && defect_breaks_text(d.defect)) && cJSON_IsObject(inst)) {
+            to.input = inst;
+        }
+    }
+    success_body(a, in->api, req, text, refusal, cut, c.content_bytes, &to);
+    /* in the body: an escape in the text's JSON string (nul_text, every
+     * call's arguments), or in a string of Anthropic's input (nul_char,
+     * whose mark is still in inst) */
+    if (active && (d.defect == D_NUL_TEXT || d.defect == D_NUL_CHAR))
+        while (a->body && strstr(a->body, NUL_MARK))
+            nul_mark_to_escape(a->body);
 
 done:
+    cJSON_Delete(b64_input);
     free(owned);
     free(printed);
     cJSON_Delete(inst);

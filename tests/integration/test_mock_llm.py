@@ -414,6 +414,150 @@ def test_anthropic_attempt_counts_assistant_messages(base):
     assert is_valid(json.loads(r["content"][0]["text"]), PRODUCT)
 
 
+# -------------------------------------------------------------- forced tools
+
+# The tool's schema differs from response_format's: a forced call's
+# arguments are held to the tool's.
+TOOL_SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "minLength": 2},
+                                                "population": {"type": "integer", "minimum": 0}},
+               "required": ["city", "population"], "additionalProperties": False}
+
+
+def oa_tools(user, choice=None, schema=TOOL_SCHEMA, **kw):
+    """An OpenAI request (with response_format PRODUCT) that forces the tool
+    `record` (choice: the tool_choice, named by default)."""
+    body = openai(user, **kw)
+    body["tools"] = [{"type": "function", "function": {"name": "record", "parameters": schema}}]
+    body["tool_choice"] = choice or {"type": "function", "function": {"name": "record"}}
+    return body
+
+
+def an_tools(user, choice=None, schema=TOOL_SCHEMA, **kw):
+    body = anthropic(user, system="JSON Schema: " + json.dumps(PRODUCT), **kw)
+    body["tools"] = [{"name": "record", "description": "Records the answer.", "input_schema": schema}]
+    body["tool_choice"] = choice or {"type": "tool", "name": "record"}
+    return body
+
+
+def tool_calls(resp):
+    msg = resp["choices"][0]["message"]
+    assert msg["content"] is None and msg["refusal"] is None, msg
+    assert all(c["type"] == "function" and c["function"]["name"] == "record" and c["id"].startswith("call_")
+               for c in msg["tool_calls"]), msg
+    return [c["function"]["arguments"] for c in msg["tool_calls"]]
+
+
+def tool_uses(resp):
+    assert all(b["type"] == "tool_use" and b["name"] == "record" and b["id"].startswith("toolu_")
+               for b in resp["content"]), resp
+    return [b["input"] for b in resp["content"]]
+
+
+def test_openai_forced_tool_is_answered_with_one_call(base):
+    st, _, r, _ = call(base, "/v1/chat/completions", oa_tools("city"))
+    assert st == 200 and r["choices"][0]["finish_reason"] == "stop"   # as OpenAI, for a named tool
+    (args,) = tool_calls(r)
+    assert is_valid(json.loads(args), TOOL_SCHEMA)
+    assert r["usage"]["completion_tokens"] == math.ceil(len(args.encode()) / 4)
+    # the JSON is what the content would have been, the schema the same
+    plain = content(call(base, "/v1/chat/completions", openai("city", schema=TOOL_SCHEMA))[2])
+    assert args == plain
+    # "required" with the one tool forces it too (finish_reason as vLLM says it)
+    r = call(base, "/v1/chat/completions", oa_tools("city", choice="required"))[2]
+    assert tool_calls(r) == [args] and r["choices"][0]["finish_reason"] == "tool_calls"
+    # a tool without parameters: the usual schema (response_format)
+    r = call(base, "/v1/chat/completions", oa_tools("city", schema={}))[2]
+    assert is_valid(json.loads(tool_calls(r)[0]), PRODUCT)
+    # auto, none, or no tool_choice: text, as before
+    for choice in ("auto", "none"):
+        r = call(base, "/v1/chat/completions", oa_tools("city", choice=choice))[2]
+        assert is_valid(json.loads(content(r)), PRODUCT) and "tool_calls" not in r["choices"][0]["message"]
+    body = oa_tools("city")
+    del body["tool_choice"]
+    assert is_valid(json.loads(content(call(base, "/v1/chat/completions", body)[2])), PRODUCT)
+
+
+def test_openai_forced_tool_directives(base):
+    def args(prompt, **kw):
+        st, _, r, _ = call(base, "/v1/chat/completions", oa_tools(prompt, **kw))
+        assert st == 200, r
+        return r
+    doc = json.loads(tool_calls(args("[[mock defect=wrong_type]]"))[0])
+    assert doc["city"] == 12345
+    assert tool_calls(args("[[mock defect=not_json]]")) == ["Sorry, I cannot produce that right now."]
+    assert tool_calls(args("[[mock defect=empty]]")) == [""]
+    cut = args("[[mock defect=truncated until=1]]")
+    full = tool_calls(args("[[mock defect=truncated until=1]]", history=["x"], last_user="go"))[0]
+    assert cut["choices"][0]["finish_reason"] == "length" and tool_calls(cut) == [full[: len(full) // 2]]
+    refusal = args("[[mock defect=refusal]]")["choices"][0]["message"]
+    assert refusal["content"] is None and refusal["refusal"] and "tool_calls" not in refusal
+    # the repair rule as for text: fixed once the feedback names the path
+    prompt = "[[mock defect=missing_field until=1]]"
+    again = json.loads(tool_calls(args(prompt, history=["{}"], last_user="try again"))[0])
+    fixed = json.loads(tool_calls(args(prompt, history=["{}"], last_user="/city is missing"))[0])
+    assert "city" not in again and is_valid(fixed, TOOL_SCHEMA)
+    two = tool_calls(args("[[mock tool_calls=2]]"))
+    assert len(two) == 2 and two[0] == two[1] and is_valid(json.loads(two[0]), TOOL_SCHEMA)
+    assert tool_calls(args("[[mock answer_b64=eyJhIjoxfQ]]")) == ['{"a":1}']
+
+
+def test_anthropic_forced_tool_is_answered_with_tool_use(base):
+    st, _, r, _ = an_call(base, an_tools("city"))
+    assert st == 200 and r["stop_reason"] == "tool_use"
+    (inp,) = tool_uses(r)
+    assert is_valid(inp, TOOL_SCHEMA)
+    assert json.dumps(inp, separators=(",", ":")) == content(
+        call(base, "/v1/chat/completions", openai("city", schema=TOOL_SCHEMA))[2])
+    assert tool_uses(an_call(base, an_tools("city", choice={"type": "any"}))[2]) == [inp]
+    r = an_call(base, an_tools("city", choice={"type": "auto"}))[2]
+    assert r["stop_reason"] == "end_turn" and is_valid(json.loads(r["content"][0]["text"]), PRODUCT)
+    assert tool_uses(an_call(base, an_tools("[[mock defect=wrong_type]]"))[2])[0]["city"] == 12345
+    two = an_call(base, an_tools("[[mock tool_calls=2]]"))[2]
+    assert two["stop_reason"] == "tool_use" and len(tool_uses(two)) == 2
+    # input must be an object: an answer that is none goes out as text
+    for defect, stop in (("not_json", "end_turn"), ("prose", "end_turn"), ("truncated", "max_tokens"),
+                         ("refusal", "refusal")):
+        r = an_call(base, an_tools("[[mock defect=%s]]" % defect))[2]
+        assert r["stop_reason"] == stop and [b["type"] for b in r["content"]] == ["text"], (defect, r)
+    r = an_call(base, an_tools("[[mock answer_b64=WzFd]]"))[2]   # [1]
+    assert r["content"] == [{"type": "text", "text": "[1]"}]
+    assert tool_uses(an_call(base, an_tools("[[mock answer_b64=eyJhIjoxfQ]]"))[2]) == [{"a": 1}]
+    # nul_char: the string ends with U+0000 in the input object itself
+    inp = tool_uses(an_call(base, an_tools("[[mock defect=nul_char]]"))[2])[0]
+    assert inp["city"].endswith("\x00") and is_valid(dict(inp, city=inp["city"][:-1]), TOOL_SCHEMA)
+
+
+def test_malformed_tools_are_refused(base):
+    """As the APIs: tools or a tool_choice that cannot be right are a 400
+    invalid_request_error (with OpenAI's code null, no context length), so
+    a client that sends them wrong fails against the mock as there."""
+    def refused(answer, says):
+        st, _, r, _ = answer
+        assert st == 400 and r["error"]["type"] == "invalid_request_error" and says in r["error"]["message"], r
+        if "type" not in r:   # OpenAI's (Anthropic's says "type": "error")
+            assert r["error"]["code"] is None, r
+    chat = "/v1/chat/completions"
+    refused(call(base, chat, oa_tools("x", choice={"type": "function", "function": {"name": "nope"}})), "nope")
+    refused(call(base, chat, oa_tools("x", choice="always")), "always")
+    body = oa_tools("x")
+    body["tools"] = [{"type": "function", "function": {"parameters": TOOL_SCHEMA}}]
+    refused(call(base, chat, body), "tools[0].function.name")
+    body = oa_tools("x")
+    del body["tools"]
+    refused(call(base, chat, body), "only allowed when 'tools' are specified")
+    refused(call(base, chat, openai("x [[mock tool_calls=2]]")), "tool_calls=2")
+    refused(call(base, chat, oa_tools("x [[mock tool_calls=0]]")), "tool_calls=0")
+    refused(an_call(base, an_tools("x", choice={"type": "tool", "name": "nope"})), "nope")
+    refused(an_call(base, an_tools("x", choice={"type": "tool"})), "tool_choice.tool.name")
+    body = an_tools("x")
+    body["tools"] = [{"name": "record"}]
+    refused(an_call(base, body), "tools.0.custom.input_schema: Field required")
+    body = an_tools("x")
+    body["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    refused(an_call(base, body), "Thinking may not be enabled")
+    refused(an_call(base, anthropic("x [[mock tool_calls=2]]")), "tool_calls=2")
+
+
 # ------------------------------------------------------ latency, http, hang
 
 def test_latency(base):
