@@ -416,6 +416,27 @@ class Stack:
                                      (len(want - done), sorted(want - done)[:5]))
             time.sleep(0.3)
 
+    def final_of(self, j, envelopes, outcomes):
+        """Produces job j and returns its final event, once there,
+        checked against its schema, the outcomes of its attempts being
+        `outcomes` (["invalid", "valid"]: final at attempt 2); what it
+        escalated with if it did not end final."""
+        jid = j["job_id"]
+        self.produce_jobs([j])
+        self.wait_outcomes([jid])
+        finals = [m["value"] for m in self.consume("retort.final") if m["value"] and m["value"]["job_id"] == jid]
+        assert len(finals) == 1, [m["value"] for m in self.consume("retort.escalations")
+                                  if m["value"] and m["value"]["job_id"] == jid]
+        envelopes.validate("events/final.schema.json", finals[0])
+        assert finals[0]["attempts"] == len(outcomes), finals[0]
+        assert [s["outcome"] for s in finals[0]["summary"]] == outcomes, finals[0]["summary"]
+        return finals[0]
+
+    def reflections(self, job_id):
+        """The reflections of job_id's retry jobs, by attempt."""
+        return [m["value"]["reflection"] for m in self.consume("retort.jobs")
+                if m["headers"].get("ce_type") == "retort.job.retry" and m["value"]["job_id"] == job_id]
+
     # -- mock LLM --------------------------------------------------------
     def llm_stats(self):
         with urllib.request.urlopen(self.llm_url + "/stats", timeout=5) as r:
@@ -450,6 +471,17 @@ class Stack:
         with urllib.request.urlopen(self.llm_url + "/stats?calls=0&times=1", timeout=5) as r:
             times = json.loads(r.read())["times"]
         return {k: [(at / 1000.0, n) for at, n in v] for k, v in times.items()}
+
+    def llm_post(self, path, body, headers=None):
+        """POSTs body to the mock LLM (path: /v1/chat/completions or
+        /v1/messages) and returns its answer, parsed: what it answers a
+        worker's request is what it answers the same one from here (its
+        answers depend on the request alone).  Without X-Retort-Job-Id the
+        call is not in /stats' `calls`; it is in `requests`."""
+        req = urllib.request.Request(self.llm_url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
 
     # -- Redis (plain RESP, so tests need no client for simple reads) ------
     def redis_client(self):

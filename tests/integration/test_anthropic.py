@@ -1,9 +1,11 @@
 """The Anthropic Messages API path through the mock LLM."""
+import json
+import os
 import uuid
 
 import pytest
 
-from stack import job
+from stack import REPO, job
 
 # The mock answers 401 to a call without this key in x-api-key; the
 # workers read it from the variable llm.api_key_env names.
@@ -79,3 +81,72 @@ def test_anthropic_requests_carry_the_version_header_and_max_tokens(stack):
     stats = stack.llm_stats()
     assert stats["by_status"] == {"200": 3}, stats["by_status"]
     assert all(stats["calls"].get(j + ":1") == 1 for j in ids), stats["calls"]
+
+
+# A job's own tool, forced (its params go to the API as they are): the
+# model's JSON comes back as the one tool_use block's input object.  The
+# tool's input_schema is the job's schema, from which the mock generates
+# the input.
+with open(os.path.join(REPO, "schemas", "output", "product.v1.json")) as f:
+    TOOLS = [{"name": "record_product", "description": "Records the product.", "input_schema": json.load(f)}]
+
+
+def mock_tool_input(stack, j, attempt=1, repair=None):
+    """The input of the one tool_use block the mock LLM answers job j's
+    attempt with, asked again here (its answers depend on the request
+    alone); repair: (previous output, repair prompt) of a retry."""
+    msgs = [{"role": "user", "content": j["prompt"]}]
+    if repair:
+        msgs += [{"role": "assistant", "content": repair[0]}, {"role": "user", "content": repair[1]}]
+    resp = stack.llm_post("/v1/messages", dict(j["params"], model="claude-test", max_tokens=1024, messages=msgs),
+                          {"x-api-key": KEY, "anthropic-version": "2023-06-01", "X-Retort-Attempt": str(attempt)})
+    assert resp["stop_reason"] == "tool_use", resp
+    (block,) = resp["content"]
+    return block["input"]
+
+
+@pytest.mark.llm_args("--api-key", KEY)
+@pytest.mark.parametrize("choice", [{"type": "tool", "name": "record_product"}, {"type": "any"}])
+def test_anthropic_forced_tool_use_is_the_answer(stack, envelopes, choice):
+    """The tool_use block's input is the answer: final at the first
+    attempt with it as output (read as text blocks, there were none: an
+    empty answer at every attempt)."""
+    stack.start_worker(*ANTHROPIC, env={"ANTHROPIC_KEY": KEY})
+    j = job(uid("a-tool"), params={"tools": TOOLS, "tool_choice": choice})
+    ev = stack.final_of(j, envelopes, ["valid"])
+    assert stack.llm_stats()["calls"] == {"%s:1" % j["job_id"]: 1}
+    assert ev["output"] == mock_tool_input(stack, j)
+    envelopes.validate("output/product.v1.json", ev["output"])
+
+
+@pytest.mark.llm_args("--api-key", KEY)
+def test_anthropic_forced_tool_use_is_repaired(stack, envelopes):
+    """An input that breaks the schema is repaired as a text answer is:
+    the reflection quotes it and names the path, the second call's input
+    is the output."""
+    stack.start_worker(*ANTHROPIC, env={"ANTHROPIC_KEY": KEY})
+    j = job(uid("a-tool-fix"), directive="defect=wrong_type until=1",
+            params={"tools": TOOLS, "tool_choice": {"type": "tool", "name": "record_product"}})
+    ev = stack.final_of(j, envelopes, ["invalid", "valid"])
+    (refl,) = stack.reflections(j["job_id"])
+    first = mock_tool_input(stack, j)
+    assert json.loads(refl["previous_output"]) == first and first["name"] == 12345
+    assert [(v["path"], v["code"]) for v in refl["violations"]] == [("/name", "WRONG_TYPE")]
+    assert ev["output"] == mock_tool_input(stack, j, 2, (refl["previous_output"], refl["prompt"]))
+    envelopes.validate("output/product.v1.json", ev["output"])
+
+
+@pytest.mark.llm_args("--api-key", KEY)
+def test_anthropic_several_tool_uses_are_an_empty_answer(stack, envelopes):
+    """Two tool_use blocks name no answer: EMPTY_OUTPUT at every attempt,
+    said as such in each record, and escalated."""
+    stack.start_worker(*ANTHROPIC, env={"ANTHROPIC_KEY": KEY})
+    jid = uid("a-tool-two")
+    stack.produce_jobs([job(jid, directive="tool_calls=2",
+                            params={"tools": TOOLS, "tool_choice": {"type": "tool", "name": "record_product"}})])
+    stack.wait_outcomes([jid])
+    (ev,) = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] == jid]
+    envelopes.validate("events/escalation.schema.json", ev)
+    assert ev["category"] == "empty" and ev["attempts"] == 3 and ev["reason"] == "empty failed after 3 attempts"
+    assert [(h["category"], [v["code"] for v in h["violations"]], h["error"]) for h in ev["history"]] == \
+        [("empty", ["EMPTY_OUTPUT"], "the answer is 2 tool calls, not one")] * 3

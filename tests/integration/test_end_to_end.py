@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from stack import chat_completion, free_port, job, scrape_metrics, send_json
+from stack import REPO, chat_completion, free_port, job, scrape_metrics, send_json
 
 
 # A wait's lower bound allows this much: stamps in whole milliseconds, and
@@ -233,6 +233,79 @@ def test_not_fixable_escalates_at_once(stack, envelopes, directive, category):
     assert ev["attempts"] == 1 and ev["category"] == category
     assert not [m for m in stack.consume("retort.jobs") if m["headers"].get("ce_type") == "retort.job.retry"
                 and m["value"]["job_id"] == jid]
+
+
+# A job's own tool, forced (tools and tool_choice in its params, which go
+# to the API as they are): the model's JSON comes back as the one call's
+# arguments, content null.  The tool's parameters are the job's schema,
+# from which the mock generates the arguments.
+with open(os.path.join(REPO, "schemas", "output", "product.v1.json")) as f:
+    PRODUCT_SCHEMA = json.load(f)
+TOOLS = [{"type": "function", "function": {"name": "record_product", "description": "Records the product.",
+                                            "parameters": PRODUCT_SCHEMA}}]
+NAMED_TOOL = {"type": "function", "function": {"name": "record_product"}}
+
+
+def mock_tool_arguments(stack, j, attempt=1, repair=None):
+    """The arguments of the one call the mock LLM answers job j's attempt
+    with, asked again here (its answers depend on the request alone);
+    repair: (previous output, repair prompt) of a retry."""
+    msgs = [{"role": "user", "content": j["prompt"]}]
+    if repair:
+        msgs += [{"role": "assistant", "content": repair[0]}, {"role": "user", "content": repair[1]}]
+    resp = stack.llm_post("/v1/chat/completions", dict(j["params"], model="mock-1", messages=msgs),
+                          {"X-Retort-Attempt": str(attempt)})
+    (call,) = resp["choices"][0]["message"]["tool_calls"]
+    return call["function"]["arguments"]
+
+
+@pytest.mark.parametrize("choice", [NAMED_TOOL, "required"])
+def test_a_forced_tool_call_is_the_answer(stack, envelopes, choice):
+    """The call's arguments are the answer: final at the first attempt,
+    with them as output (read as text, the null content was an empty
+    answer at every attempt)."""
+    stack.start_worker()
+    j = job(uid("tool"), params={"tools": TOOLS, "tool_choice": choice})
+    ev = stack.final_of(j, envelopes, ["valid"])
+    assert stack.llm_stats()["calls"] == {"%s:1" % j["job_id"]: 1}
+    args = mock_tool_arguments(stack, j)
+    assert ev["output"] == json.loads(args), (ev["output"], args)
+    envelopes.validate("output/product.v1.json", ev["output"])
+
+
+def test_a_forced_tool_call_is_repaired(stack, envelopes):
+    """Arguments that break the schema are repaired as a text answer is:
+    the reflection quotes them and names the path, the second call's
+    arguments are the output."""
+    stack.start_worker()
+    j = job(uid("tool-fix"), directive="defect=wrong_type until=1",
+            params={"tools": TOOLS, "tool_choice": NAMED_TOOL})
+    ev = stack.final_of(j, envelopes, ["invalid", "valid"])
+    (refl,) = stack.reflections(j["job_id"])
+    first = mock_tool_arguments(stack, j)
+    assert refl["previous_output"] == first and json.loads(first)["name"] == 12345
+    assert [(v["path"], v["code"]) for v in refl["violations"]] == [("/name", "WRONG_TYPE")]
+    assert ev["output"] == json.loads(mock_tool_arguments(stack, j, 2, (first, refl["prompt"])))
+    envelopes.validate("output/product.v1.json", ev["output"])
+
+
+def test_several_tool_calls_are_an_empty_answer(stack, envelopes):
+    """Two calls of the forced tool name no answer: EMPTY_OUTPUT at every
+    attempt, said as such in each record, and escalated."""
+    stack.start_worker()
+    jid = uid("tool-two")
+    stack.produce_jobs([job(jid, directive="tool_calls=2", params={"tools": TOOLS, "tool_choice": NAMED_TOOL})])
+    stack.wait_outcomes([jid])
+    escs = by_job(stack.consume("retort.escalations"), jid)
+    assert len(escs) == 1 and not by_job(stack.consume("retort.final"), jid)
+    ev = escs[0]["value"]
+    envelopes.validate("events/escalation.schema.json", ev)
+    assert ev["category"] == "empty" and ev["attempts"] == 3 and ev["reason"] == "empty failed after 3 attempts"
+    assert [v["code"] for v in ev["violations"]] == ["EMPTY_OUTPUT"]
+    assert [(h["category"], [v["code"] for v in h["violations"]], h["error"]) for h in ev["history"]] == \
+        [("empty", ["EMPTY_OUTPUT"], "the answer is 2 tool calls, not one")] * 3
+    calls = stack.llm_stats()["calls"]
+    assert [calls.get("%s:%d" % (jid, a)) for a in (1, 2, 3)] == [1, 1, 1]
 
 
 def test_unknown_schema_escalates_without_llm_call(stack):
