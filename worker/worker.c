@@ -167,7 +167,14 @@ typedef struct rate_queue {
     long rpm, tpm;
     struct wjob *head, *tail;
     int asking;              /* the head's request or wait is under way */
+    size_t at_gate;          /* let in, waiting at the gate for a slot */
 } rate_queue;
+
+/* How many jobs of a bucket may wait at the gate with their tokens taken:
+ * enough that a slot freed starts a call at once, few enough that a
+ * worker whose lane is held back (a 429's halving, a Retry-After) does
+ * not sit on tokens the other workers could use. */
+#define RATE_AHEAD_MAX 8
 
 #define RATE_QUEUES_MAX 64   /* models past these ask on their own */
 
@@ -1472,6 +1479,7 @@ static void submit_now(wjob *j) {
 
 static void rate_pump(rate_queue *q);
 static void rate_alone_cb(uv_timer_t *t);
+static void gate_enter(wjob *j);
 
 /* The queue of a bucket pair, made on first use; NULL past
  * RATE_QUEUES_MAX models or out of memory. */
@@ -1507,7 +1515,18 @@ static void rate_granted(rate_queue *q) {
     if (!q->head) q->tail = NULL;
     j->rate_next = NULL;
     q->asking = 0;
-    submit_now(j);
+    q->at_gate++;
+    gate_enter(j);
+    rate_pump(q);
+}
+
+/* j, let in by its rate queue, leaves the gate (its call starts, or could
+ * not queue there): the queue may let the next one in. */
+static void rate_left_gate(wjob *j) {
+    rate_queue *q = j->rate_q;
+    if (!q) return;
+    j->rate_q = NULL;
+    q->at_gate--;
     rate_pump(q);
 }
 
@@ -1525,7 +1544,7 @@ static void on_rate(void *ud, const state_reply *r) {
     if (r->verdict == STATE_ERROR) j->cost = 0;
     if (r->verdict == STATE_ERROR || r->attempt <= 0) {
         if (j->rate_q) rate_granted(j->rate_q);
-        else submit_now(j);
+        else gate_enter(j);
         return;
     }
     uv_timer_start(&j->timer, j->rate_q ? rate_wait_cb : rate_alone_cb, (uint64_t)r->attempt, 0);
@@ -1533,7 +1552,7 @@ static void on_rate(void *ud, const state_reply *r) {
 
 /* The head of q asks Redis, unless it is asking already. */
 static void rate_pump(rate_queue *q) {
-    while (q->head && !q->asking) {
+    while (q->head && !q->asking && q->at_gate < RATE_AHEAD_MAX) {
         wjob *j = q->head;
         worker *w = j->w;
         j->cost = rate_cost(w, j);
@@ -1554,7 +1573,7 @@ static void rate_alone(wjob *j) {
     char key[1024];
     if (rate_key(w, j->model, key, sizeof(key)) || state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j)) {
         j->cost = 0;
-        submit_now(j);
+        gate_enter(j);
     }
 }
 
@@ -1569,7 +1588,7 @@ static void rate_acquire(wjob *j) {
     /* no limit for this model, or a name too long for a key: not held back */
     if ((!rpm && !tpm) || rate_key(w, j->model, key, sizeof(key))) {
         j->cost = rate_cost(w, j);
-        submit_now(j);
+        gate_enter(j);
         return;
     }
     rate_queue *q = rate_queue_of(w, key, rpm, tpm);
@@ -1593,12 +1612,27 @@ static void gate_pump(worker *w) {
     if (wake) uv_timer_start(&w->gate_timer, gate_timer_cb, wake, 0);
 }
 
-/* A call let through the gate: the shared rate limits next, if any. */
+/* A call let through the gate starts (its rate tokens, if any, were
+ * taken before it queued there). */
 static void gate_start(llm_gate_node *n, void *ud) {
-    worker *w = ud;
+    (void)ud;
     wjob *j = (wjob *)((char *)n - offsetof(wjob, gate_node));
-    if (w->rl_on) rate_acquire(j);
-    else submit_now(j);
+    rate_left_gate(j);
+    submit_now(j);
+}
+
+/* Into the gate (after the shared rate limits, when there are any): a job
+ * waiting for rate tokens held a slot of the process bound, so a model
+ * with a low limit and a backlog took every slot, and the other models'
+ * calls went at its pace. */
+static void gate_enter(wjob *j) {
+    worker *w = j->w;
+    if (llm_gate_push(w->gate, j->model, &j->gate_node)) {
+        rate_left_gate(j);
+        call_failed(j, "out of memory at the LLM gate");
+        return;
+    }
+    gate_pump(w);
 }
 
 /* After a call: its model's lane learns from the status (llm_gate.h),
@@ -1637,11 +1671,8 @@ static void call_llm(wjob *j) {
      * completion budget; settled against real usage afterwards. */
     j->cost_raw = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
     j->cost = j->cost_raw;
-    if (llm_gate_push(w->gate, j->model, &j->gate_node)) {
-        call_failed(j, "out of memory at the LLM gate");
-        return;
-    }
-    gate_pump(w);
+    if (w->rl_on) rate_acquire(j);
+    else gate_enter(j);
 }
 
 static void rate_noop(void *ud, const state_reply *r) {}

@@ -273,6 +273,32 @@ def test_each_model_has_its_own_buckets(stack):
     assert stack.stop_worker(sup) == 0
 
 
+def test_jobs_waiting_for_a_models_limit_hold_no_slot(stack):
+    """A model with a low limit (6 a minute: a call every 10 s) and a
+    backlog, beside a model without one, in a process of 4 call slots.  A
+    job waiting for its model's tokens held one of the slots, so the slow
+    model's backlog took all 4 and the other model's jobs ran one per slow
+    call, every 10 s.  Now the tokens come first: the other model's 8 jobs
+    all reach the LLM before the slow model's third call."""
+    w = stack.start_worker("--set", "llm.max_inflight=4", "--set", "ratelimit.slow-2.rpm=6", name="slots")
+    stack.wait_log("slots", "assigned")
+    prefix = uuid.uuid4().hex[:6]
+    slow = ["rls-%s-s%d" % (prefix, i) for i in range(6)]
+    fast = ["rls-%s-f%d" % (prefix, i) for i in range(8)]
+    stack.produce_jobs([job(j, model="slow-2") for j in slow])
+    deadline = time.time() + 30
+    while not any(k.startswith("rls-%s-s" % prefix) for k in stack.llm_times()):
+        assert time.time() < deadline, "no call of the slow model"
+        time.sleep(0.1)
+    stack.produce_jobs([job(j) for j in fast])
+    stack.wait_outcomes(fast, timeout=150)
+    times = stack.llm_times()
+    last_fast = max(times["%s:1" % j][0][0] for j in fast)
+    slow_calls = sorted(v[0][0] for k, v in times.items() if k.startswith("rls-%s-s" % prefix))
+    assert len([t for t in slow_calls if t < last_fast]) <= 2, (last_fast, slow_calls)
+    stack.stop_worker(w, signal.SIGKILL)
+
+
 def test_calls_that_never_got_through_give_their_tokens_back(stack):
     """An LLM that refuses connections, with a tokens-per-minute limit: each
     try is let in on its estimate, and one that never reached the server
