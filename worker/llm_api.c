@@ -228,14 +228,20 @@ static char *build_anthropic(const llm_api_request *req, size_t *len) {
     }
     if (sbuf_puts(&b, "]")) goto cleanup;
     if (has_sys && !anthropic_param_later(params, NULL, "system")) {
-        if (sbuf_puts(&b, ",\"system\":\"")) goto cleanup;
+        /* cached: a block whose prefix (the tools, then the system) a
+         * later request of the same prefix reads at a tenth of the price;
+         * shorter than the model's minimum (1,024 tokens and up) it is
+         * not cached, and costs nothing more */
+        if (sbuf_puts(&b, req->prompt_cache ? ",\"system\":[{\"type\":\"text\",\"text\":\"" : ",\"system\":\""))
+            goto cleanup;
         int joined = 0;
         for (size_t i = 0; i < req->nmessages; i++) {
             const llm_api_message *m = &req->messages[i];
             if (!is_system(m) || content_empty(m)) continue;
             if ((joined++ && sbuf_puts(&b, "\\n\\n")) || append_parts(&b, m)) goto cleanup;
         }
-        if (sbuf_puts(&b, "\"")) goto cleanup;
+        if (sbuf_puts(&b, req->prompt_cache ? "\",\"cache_control\":{\"type\":\"ephemeral\"}}]" : "\""))
+            goto cleanup;
     }
     if (with_of) {
         const char *schema_json = req->schema_json;

@@ -38,6 +38,10 @@ typedef struct llm_api_request {
      * worked out once per schema by the caller; NULL: done here per call. */
     const char *schema_json;
     int schema_strict;
+    /* Anthropic: the system prompt (Retort's instructions, the schema, the
+     * job's system messages) is marked for the prompt cache, as a text
+     * block with cache_control; the jobs of one schema share it. */
+    int prompt_cache;
 } llm_api_request;
 
 /* Returns the JSON body (malloc'd, taken by the caller) or NULL on OOM;

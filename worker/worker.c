@@ -239,6 +239,7 @@ struct worker {
     llm_response_format rf;
     const char *default_model;
     int max_tokens;
+    int prompt_cache;        /* llm.prompt_cache (Anthropic) */
     int max_transient;
     long backoff_base, backoff_max;
     int default_max_attempts, max_attempts_ceiling;
@@ -1663,7 +1664,7 @@ static void call_llm(wjob *j) {
     }
     llm_api_request req = {w->provider, j->model, msgs, n, j->job.params, j->schema_doc,
                            j->schema_name, w->rf, w->max_tokens, j->schema_text,
-                           j->os->strict};
+                           j->os->strict, w->prompt_cache};
     free(j->body);
     j->body = llm_api_build_body(&req, &j->body_len);
     if (msgs != inl) free(msgs);
@@ -2437,6 +2438,7 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     llm_api_response_format_parse(config_get(cfg, "llm.response_format"), &w->rf);
     w->default_model = config_get(cfg, "llm.model");
     w->max_tokens = (int)config_get_int(cfg, "llm.max_tokens");
+    w->prompt_cache = config_get_bool(cfg, "llm.prompt_cache");
     w->max_transient = (int)config_get_int(cfg, "llm.max_transient_retries");
     w->backoff_base = (long)config_get_int(cfg, "llm.backoff_base_ms");
     w->backoff_max = (long)config_get_int(cfg, "llm.backoff_max_ms");

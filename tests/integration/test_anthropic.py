@@ -1,11 +1,13 @@
 """The Anthropic Messages API path through the mock LLM."""
+import http.server
 import json
 import os
+import threading
 import uuid
 
 import pytest
 
-from stack import REPO, job
+from stack import REPO, job, send_json
 
 # The mock answers 401 to a call without this key in x-api-key; the
 # workers read it from the variable llm.api_key_env names.
@@ -150,3 +152,48 @@ def test_anthropic_several_tool_uses_are_an_empty_answer(stack, envelopes):
     assert ev["category"] == "empty" and ev["attempts"] == 3 and ev["reason"] == "empty failed after 3 attempts"
     assert [(h["category"], [v["code"] for v in h["violations"]], h["error"]) for h in ev["history"]] == \
         [("empty", ["EMPTY_OUTPUT"], "the answer is 2 tool calls, not one")] * 3
+
+
+def test_prompt_cache_marks_the_system_prompt(stack):
+    """llm.prompt_cache=true: the system prompt (the instructions and the
+    schema, which a schema's jobs share) goes as a text block marked
+    cache_control ephemeral, for Anthropic's prompt cache; without it, a
+    plain string.  The requests are read by an LLM of the test's own."""
+    bodies = []
+
+    class Capture(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            send_json(self, 200, {"id": "msg_1", "type": "message", "role": "assistant",
+                                  "content": [{"type": "text", "text": "{\"a\": 1}"}], "stop_reason": "end_turn",
+                                  "usage": {"input_tokens": 900, "output_tokens": 5,
+                                            "cache_read_input_tokens": 1200}})
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = ("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port)
+        schema = {"type": "object", "required": ["a"]}
+        for cache in ("true", "false"):
+            del bodies[:]
+            w = stack.start_worker(*ANTHROPIC, *url, "--set", "llm.prompt_cache=" + cache,
+                                   env={"ANTHROPIC_KEY": KEY})
+            jid = uid("a-cache")
+            stack.produce_jobs([job(jid, schema=schema)])
+            outs = [m for m in stack.wait_outcomes([jid]) if m["value"]["job_id"] == jid]
+            assert outs[0]["headers"]["ce_type"] == "retort.job.final", outs
+            # the prompt read from the cache counts as prompt tokens
+            assert outs[0]["value"]["usage"]["prompt_tokens"] == 2100, outs[0]["value"]["usage"]
+            assert len(bodies) == 1
+            system = bodies[0]["system"]
+            if cache == "true":
+                assert [b["type"] for b in system] == ["text"] and system[0]["cache_control"] == {"type": "ephemeral"}
+                assert "JSON Schema" in system[0]["text"] and '"required":["a"]' in system[0]["text"]
+            else:
+                assert isinstance(system, str) and "JSON Schema" in system
+            assert stack.stop_worker(w) == 0
+    finally:
+        srv.shutdown()

@@ -392,7 +392,7 @@ static void test_build_bodies(void **s) {
     llm_api_message mv[8];
     size_t nm = messages_of(msgs, mv);
     llm_api_request req = {LLM_PROVIDER_OPENAI, "m1", mv, nm, params, sch, "product.v1", LLM_RF_AUTO, 1024,
-                           NULL, 0};
+                           NULL, 0, 0};
     char *body = llm_api_build_body(&req, NULL);
     cJSON *b = cJSON_Parse(body);
     assert_non_null(b);
@@ -520,7 +520,7 @@ static void anthropic_body_is(const char *msgs, const char *params, const char *
     cJSON *m = cJSON_Parse(msgs), *p = params ? cJSON_Parse(params) : NULL, *sch = schema_text ? cJSON_Parse(schema_text) : NULL;
     llm_api_message mv[8];
     size_t nm = messages_of(m, mv);
-    llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", mv, nm, p, sch, "inv", rf, max_tokens, NULL, 0};
+    llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", mv, nm, p, sch, "inv", rf, max_tokens, NULL, 0, 0};
     char *body = llm_api_build_body(&r, NULL);
     assert_string_equal(body, want);
     free(body);
@@ -563,6 +563,31 @@ static void test_anthropic_body(void **s) {
     /* a job's own output_config wins whole (its effort, its format) */
     anthropic_body_is("[]", "{\"output_config\":{\"effort\":\"low\"}}", sch, LLM_RF_ON, 9,
                       "{\"model\":\"claude-x\",\"max_tokens\":9,\"messages\":[],\"output_config\":{\"effort\":\"low\"}}");
+
+    /* llm.prompt_cache: the system prompt as one text block marked for the
+     * cache; a job's own system param still wins whole; no system, no block */
+    cJSON *m = cJSON_Parse(msgs), *p = cJSON_Parse("{\"system\":\"own\"}");
+    llm_api_message mv[8];
+    size_t nm = messages_of(m, mv);
+    llm_api_request r = {LLM_PROVIDER_ANTHROPIC, "claude-x", mv, nm, NULL, NULL, "inv", LLM_RF_OFF, 8, NULL, 0, 1};
+    char *body = llm_api_build_body(&r, NULL);
+    assert_string_equal(body, "{\"model\":\"claude-x\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":"
+                              "\"U \\\"q\\\"\"},{\"role\":\"assistant\",\"content\":\"A\"}],\"system\":[{\"type\":\"text\","
+                              "\"text\":\"S1\\n\\nS2\",\"cache_control\":{\"type\":\"ephemeral\"}}]}");
+    free(body);
+    r.params = p;
+    body = llm_api_build_body(&r, NULL);
+    assert_non_null(strstr(body, "\"system\":\"own\""));
+    assert_null(strstr(body, "cache_control"));
+    free(body);
+    r.params = NULL;
+    r.nmessages = 1;
+    r.messages = &mv[2]; /* the user message alone */
+    body = llm_api_build_body(&r, NULL);
+    assert_null(strstr(body, "system"));
+    free(body);
+    cJSON_Delete(m);
+    cJSON_Delete(p);
 }
 
 /* Whether the schema goes in the API's member, so the prompt need not
@@ -596,7 +621,7 @@ static void test_sends_schema(void **s) {
         if (sends != cases[i].sends)
             fail_msg("case %zu: sends %d", i, sends);
         /* and the body agrees: the schema is in it exactly when sent */
-        llm_api_request req = {cases[i].provider, "m", &m, 1, params, sch, "t", cases[i].rf, 64, NULL, 0};
+        llm_api_request req = {cases[i].provider, "m", &m, 1, params, sch, "t", cases[i].rf, 64, NULL, 0, 0};
         char *body = llm_api_build_body(&req, NULL);
         assert_non_null(body);
         if (!strstr(body, "zz_field") != !sends)
@@ -675,7 +700,7 @@ static void test_retry_conversation(void **s) {
     assert_string_equal(m[3].parts[0], "FIX /name");
     /* The system text goes in parts, joined in the body as one string,
      * escaped across them. */
-    llm_api_request req = {LLM_PROVIDER_OPENAI, "m", m, 4, NULL, NULL, "x", LLM_RF_OFF, 16, NULL, 0};
+    llm_api_request req = {LLM_PROVIDER_OPENAI, "m", m, 4, NULL, NULL, "x", LLM_RF_OFF, 16, NULL, 0, 0};
     char *body = llm_api_build_body(&req, NULL);
     cJSON *b = cJSON_Parse(body);
     assert_non_null(b);
