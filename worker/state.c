@@ -220,14 +220,18 @@ static const char script_rate[] = SCRIPT_HEAD
     "return head('ok', '', wait, 0, 0)\n";
 
 /* PUBLISHED: the outcome events of these attempts were delivered (KEYS:
- * the jobs' hashes, ARGV: their attempts in the same order); the marks of
- * a loop turn in one command instead of one per job.  A hash that expired
- * (or was deleted) meanwhile is not made again: it would hold only the
- * mark, without a TTL, for ever. */
+ * the jobs' hashes, ARGV: each one's attempt and run, in the same order);
+ * the marks of a loop turn in one command instead of one per job.  A hash
+ * that expired (or was deleted) meanwhile is not made again: it would
+ * hold only the mark, without a TTL, for ever.  A mark of an earlier run
+ * (`retort resubmit` reset the job between the event's delivery and its
+ * mark) is not the new run's: taken for it, a retry of the new run that
+ * was never delivered was judged delivered, and the job was lost. */
 static const char script_published[] = SCRIPT_HEAD
     "for i, k in ipairs(KEYS) do\n"
-    "  local a = tonumber(ARGV[i])\n"
-    "  if redis.call('EXISTS', k) == 1 and (tonumber(redis.call('HGET', k, 'published')) or 0) < a then\n"
+    "  local a, run = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])\n"
+    "  local f = redis.call('HMGET', k, 'published', 'run')\n"
+    "  if redis.call('EXISTS', k) == 1 and (tonumber(f[2]) or 1) == run and (tonumber(f[1]) or 0) < a then\n"
     "    redis.call('HSET', k, 'published', a)\n"
     "  end\n"
     "end\n"
@@ -247,8 +251,9 @@ static const char *const scripts[SCRIPT_COUNT] = {script_begin, script_finish, s
                                                   script_lease};
 
 #define OP_MAX_ARGS 16
-/* Marks per PUBLISHED command (keys + attempts: 2 arguments each). */
+/* Marks per PUBLISHED command (keys, attempts and runs: 3 arguments each). */
 #define PUB_BATCH_MAX 64
+#define OP_ARGS_MAX (3 * PUB_BATCH_MAX)
 
 typedef struct state_op {
     state *st;
@@ -301,6 +306,7 @@ struct state {
      * the loop turn ends (before_poll) or the batch is full. */
     state_op *pub;
     int pub_att[PUB_BATCH_MAX];         /* the attempts of pub's jobs */
+    int pub_run[PUB_BATCH_MAX];         /* and their runs */
     /* Runs before the loop waits, while marks or commands are due: the
      * marks go out as one command, then everything hiredis holds is
      * written (see watch_add_write). */
@@ -540,8 +546,8 @@ int state_format_command(sbuf *b, int argc, const char *const *argv, const size_
 /* Hands op to hiredis; -1 (not connected, out of memory): the caller
  * keeps it. */
 static int op_send(state *st, state_op *op) {
-    const char *argv[2 * PUB_BATCH_MAX + 3];
-    size_t lens[2 * PUB_BATCH_MAX + 3];
+    const char *argv[OP_ARGS_MAX + 3];
+    size_t lens[OP_ARGS_MAX + 3];
     char nkeys[24];
     util_ltoa(op->nkeys, nkeys);
     int n = 0;
@@ -942,8 +948,8 @@ static int op_add(state_op *op, const char *s, size_t len) {
     int i = op->nkeys + op->argc;
     if (i >= op->cap) {
         /* only a batch of marks outgrows the inline slots */
-        if (op->cap >= 2 * PUB_BATCH_MAX) return -1;
-        size_t *o = malloc(2 * PUB_BATCH_MAX * sizeof(*o)), *l = malloc(2 * PUB_BATCH_MAX * sizeof(*l));
+        if (op->cap >= OP_ARGS_MAX) return -1;
+        size_t *o = malloc(OP_ARGS_MAX * sizeof(*o)), *l = malloc(OP_ARGS_MAX * sizeof(*l));
         if (!o || !l) {
             free(o);
             free(l);
@@ -953,7 +959,7 @@ static int op_add(state_op *op, const char *s, size_t len) {
         memcpy(l, op->lens, (size_t)i * sizeof(*l));
         op->offs = o;
         op->lens = l;
-        op->cap = 2 * PUB_BATCH_MAX;
+        op->cap = OP_ARGS_MAX;
     }
     op->offs[i] = op->args.len;
     op->lens[i] = len;
@@ -1086,7 +1092,8 @@ static void pub_flush(state *st) {
         return;
     }
     int failed = 0;
-    for (size_t i = 0; i < op->nmarks && !failed; i++) failed = op_addl(op, st->pub_att[i]);
+    for (size_t i = 0; i < op->nmarks && !failed; i++)
+        failed = op_addl(op, st->pub_att[i]) || op_addl(op, st->pub_run[i]);
     if (failed) {
         char id[256];
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
@@ -1114,7 +1121,7 @@ static void before_poll_cb(uv_prepare_t *h) {
     if (!st->pub && !st->write_due) uv_prepare_stop(h);
 }
 
-int state_published(state *st, const char *job_id, int attempt) {
+int state_published(state *st, const char *job_id, int run, int attempt) {
     state_op *op = st->pub;
     if (!op) {
         if (!(op = op_alloc(st, SCRIPT_PUBLISHED))) return -1;
@@ -1127,6 +1134,7 @@ int state_published(state *st, const char *job_id, int attempt) {
     if (op_add_key(op, "job", job_id, "")) return -1;
     op->argc--;
     op->nkeys++;
+    st->pub_run[op->nmarks] = run;
     st->pub_att[op->nmarks++] = attempt;
     if (op->nmarks == PUB_BATCH_MAX) pub_flush(st);
     return 0;

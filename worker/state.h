@@ -116,14 +116,15 @@ int state_lease(state *st, const char *holder, long ttl_ms, state_cb cb, void *u
 int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
                state_cb cb, void *ud);
 
-/* Notes that the outcome event of attempt was delivered.  No one waits for
+/* Notes that the outcome event of attempt (of the job's run) was
+ * delivered; a job reset to a later run meanwhile is left as it is.  No one waits for
  * it: an error is logged here.  The marks of a loop turn go out together
  * (one command per turn, or per 64 marks; state_pending() counts the
  * batch still to go as one); a mark still waiting goes out before any
  * other command on its job.  A mark still queued when the
  * state is freed is dropped (a missing mark only makes a redelivered
  * message produce its outcome again, with the same event id). */
-int state_published(state *st, const char *job_id, int attempt);
+int state_published(state *st, const char *job_id, int run, int attempt);
 
 /* Reads a script's head line, "VERDICT STATUS ATTEMPT PUBLISHED TOKENS
  * [OWNER]", line[0..len) (NUL-terminated at len, as hiredis leaves a

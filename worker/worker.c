@@ -788,7 +788,7 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
      * a missing mark, which a later redelivery of the same attempt turns
      * into the same event again (same ce_id), as before. */
     j->stage = STAGE_PUBLISHED;
-    if (state_published(w->st, j->job.job_id, j->ev_attempt))
+    if (state_published(w->st, j->job.job_id, j->job.run, j->ev_attempt))
         log_warn(j->job.job_id, j->ev_attempt, "out of memory recording the delivered outcome");
     if (j->shadow) {
         shadow_done(j);

@@ -472,6 +472,43 @@ static void test_a_fresh_ttl_is_not_set_again(void **s)
     ttl_rig_done(&r);
 }
 
+/* A hash's "published", 0 when it has none. */
+static long published_of(redisContext *c, const char *key)
+{
+    redisReply *r = redisCommand(c, "HGET %s published", key);
+    assert_non_null(r);
+    long v = r->type == REDIS_REPLY_STRING ? strtol(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+/* `retort resubmit` reset a job (to run 2) between its escalation's
+ * delivery and the delivery's mark: the mark, of run 1's attempt 3, was
+ * written on run 2's hash, and a retry of run 2 that never left was then
+ * taken as delivered (its redelivered message judged stale: the job
+ * lost).  A mark counts only on a hash of its own run (no "run": 1). */
+static void test_a_mark_of_an_earlier_run_is_not_the_new_runs(void **s)
+{
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 60);
+    redisContext *c = r.c;
+    freeReplyObject(redisCommand(c, "HSET t:job:{m1} run 2 status resubmitted"));
+    freeReplyObject(redisCommand(c, "HSET t:job:{m2} status escalated attempt 3"));
+    freeReplyObject(redisCommand(c, "HSET t:job:{m3} run 2 status final attempt 1"));
+    /* one loop turn: one PUBLISHED script for the three marks */
+    assert_int_equal(state_published(r.o.st, "m1", 1, 3), 0);
+    assert_int_equal(state_published(r.o.st, "m2", 1, 3), 0);
+    assert_int_equal(state_published(r.o.st, "m3", 2, 1), 0);
+    for (int i = 0; i < 500 && !published_of(c, "t:job:{m3}"); i++) {
+        uv_run(&r.loop, UV_RUN_NOWAIT);
+        usleep(2000);
+    }
+    assert_int_equal(published_of(c, "t:job:{m3}"), 1);
+    assert_int_equal(published_of(c, "t:job:{m2}"), 3);
+    assert_int_equal(published_of(c, "t:job:{m1}"), 0);
+    ttl_rig_done(&r);
+}
+
 /* Redis lost the scripts (SCRIPT FLUSH, a failover; or a restarted Redis
  * answered LOADING to the loads at connect): the command that met
  * NOSCRIPT goes whole (EVAL), and its script is loaded again, so that the
@@ -622,6 +659,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
                                         redis_stop),
         cmocka_unit_test_setup_teardown(test_a_fresh_ttl_is_not_set_again, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_mark_of_an_earlier_run_is_not_the_new_runs, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_script_redis_lost_is_loaded_again, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_batch_ttl_within_one_percent_is_kept, redis_start, redis_stop),
