@@ -35,17 +35,25 @@ static int status_parse_int(const char *v, long long *out) {
     return *v && !*end && !errno;
 }
 
+static const char status_usage[] =
+    "usage: retort status JOB_ID [-c FILE] [--set redis.host=H] ...\n"
+    "Prints the job's status, attempt count, token totals and every attempt's record.\n";
+
 int status_cli_main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        fprintf(argc < 2 ? stderr : stdout,
-                "usage: retort status JOB_ID [-c FILE] [--set redis.host=H] ...\n"
-                "Prints the job's status, attempt count, token totals and every attempt's record.\n");
-        return argc < 2 ? 2 : 0;
-    }
-    const char *job_id = argv[1];
+    /* the batch commands' parser: options before the job id too */
+    batch_opt opts[] = {{"--help", "-h", 0, NULL, 0}};
+    const char *pos[1];
+    size_t npos;
     config *cfg = NULL;
-    int rc = cli_config_load(argc - 1, argv + 1, &cfg, NULL);
+    int rc = batch_util_args("status", status_usage, argc, argv, opts, 1, pos, 1, &npos, &cfg);
     if (rc) return rc;
+    if (opts[0].set || npos != 1) {
+        if (opts[0].set) fputs(status_usage, stdout);
+        else fprintf(stderr, "retort status: which job?\n%s", status_usage);
+        config_free(cfg);
+        return opts[0].set ? BATCH_EXIT_OK : BATCH_EXIT_USAGE;
+    }
+    const char *job_id = pos[0];
     redisContext *c = NULL;
     redisReply *h = NULL, *l = NULL;
     cJSON *out = NULL;

@@ -1130,3 +1130,20 @@ def test_job_ids_are_counted_in_characters(stack):
     assert m["key"] == ok and m["value"]["job_id"] == ok and m["value"]["batch_id"] == batch
     # its claim is under its whole id
     assert stack.redis_client().hget("retort:job:{%s}" % ok, "batch_id") == batch
+
+
+# ---- results and status, interrupted or with options first --------------------
+
+def test_status_takes_its_options_anywhere(stack):
+    """retort status, as the batch commands, takes its options before the
+    job id too.  Before, 'retort status -c FILE JOB' was 'unknown option'."""
+    stack.redis_client().hset("retort:job:{st-any}", mapping={"status": "final", "attempt": 1})
+    cfg = stack.config_path
+    for args in (["-c", cfg, "st-any"], ["st-any", "-c", cfg], ["--set", "redis.db=0", "-c", cfg, "st-any"]):
+        p = subprocess.run([RETORT, "status"] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, (args, p.stderr)
+        assert json.loads(p.stdout)["status"] == "final", (args, p.stdout)
+    for args, said in ((["-c", cfg], "which job?"), (["-c", cfg, "a", "b"], "unexpected argument 'b'"),
+                       (["--bogus", "st-any"], "unknown option '--bogus'")):
+        p = subprocess.run([RETORT, "status"] + args, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and said in p.stderr, (args, p.returncode, p.stderr)
