@@ -317,6 +317,10 @@ static int write_line(FILE *f, cJSON *obj) {
 
 static int results_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
     results_ctx *rc = ud;
+    if (batch_util_stop) {
+        snprintf(err, errlen, "interrupted");
+        return -1;
+    }
     for (int k = 0; k < 2; k++) {
         if (r[k]->type == REDIS_REPLY_ERROR) {
             snprintf(err, errlen, "redis: %s", r[k]->str);
@@ -389,6 +393,7 @@ static int cmd_results(int argc, char **argv) {
     results_ctx ctx = {0};
     char err[1024], key[BATCH_KEY_MAX];
     char *errs_path = NULL, *out_tmp = NULL, *errs_tmp = NULL;
+    batch_signals sigs = {0};
     int rc = batch_util_args("results", results_usage, argc, argv, opts, 3, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;
@@ -428,6 +433,10 @@ static int cmd_results(int argc, char **argv) {
         rc = BATCH_EXIT_NO;
         goto done;
     }
+    /* From here on a SIGINT or SIGTERM stops results at its next reply,
+     * and it removes its temporary files (the default action left them
+     * behind); before, there is nothing to remove. */
+    batch_util_catch_signals(&sigs);
     /* Written next to the targets and renamed at the end: a reader never
      * sees half a file. */
     if (asprintf(&out_tmp, "%s.tmp%d", out_path, (int)getpid()) < 0) out_tmp = NULL;
@@ -440,8 +449,13 @@ static int cmd_results(int argc, char **argv) {
         fprintf(stderr, "retort results: cannot write %s: %s\n", ctx.out ? errs_path : out_path, strerror(errno));
         goto done;
     }
-    if (batch_util_pipeline(c, ids.count, 2, results_build, results_reply, &ctx, err, sizeof(err))) {
-        fprintf(stderr, "retort results: %s\n", err);
+    if (batch_util_pipeline(c, ids.count, 2, results_build, results_reply, &ctx, err, sizeof(err)) ||
+        batch_util_stop) {
+        if (batch_util_stop)
+            fprintf(stderr, "retort results: interrupted (%s): %s not written\n",
+                    batch_util_signal_name(batch_util_stop), out_path);
+        else
+            fprintf(stderr, "retort results: %s\n", err);
         goto done;
     }
     int werr = fclose(ctx.out);
@@ -484,6 +498,9 @@ done:
     batch_util_ids_clear(&ids);
     if (c) redisFree(c);
     config_free(cfg);
+    /* stopped before its files were whole: end by the signal (one after
+     * them changed nothing) */
+    batch_util_release_signals(&sigs, rc == BATCH_EXIT_USAGE);
     return rc;
 }
 

@@ -237,6 +237,38 @@ done:
     return rc;
 }
 
+/* ---- signals ---------------------------------------------------------------- */
+
+volatile sig_atomic_t batch_util_stop;
+
+static void on_stop_signal(int sig) { batch_util_stop = sig; }
+
+void batch_util_catch_signals(batch_signals *s) {
+    struct sigaction sa = {0};
+    batch_util_stop = 0;
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &s->old_int);
+    sigaction(SIGTERM, &sa, &s->old_term);
+    s->caught = 1;
+}
+
+void batch_util_release_signals(batch_signals *s, int end) {
+    if (s->caught) {
+        sigaction(SIGINT, &s->old_int, NULL);
+        sigaction(SIGTERM, &s->old_term, NULL);
+        s->caught = 0;
+    }
+    if (end && batch_util_stop) {
+        fflush(NULL);
+        signal(batch_util_stop, SIG_DFL);
+        raise(batch_util_stop);
+    }
+}
+
+const char *batch_util_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
 long long batch_util_reply_ll(const redisReply *r, long long def) {
     if (!r) return def;
     if (r->type == REDIS_REPLY_INTEGER) return r->integer;

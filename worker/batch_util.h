@@ -27,6 +27,7 @@
 #define RETORT_BATCH_UTIL_H
 
 #include <hiredis/hiredis.h>
+#include <signal.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -92,6 +93,24 @@ typedef int (*batch_pipe_build)(redisContext *c, size_t i, void *ud);
 typedef int (*batch_pipe_reply)(size_t i, redisReply **replies, void *ud, char *err, size_t errlen);
 int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_build build,
                         batch_pipe_reply reply, void *ud, char *err, size_t errlen);
+
+/* SIGINT and SIGTERM for a command that must undo or finish something
+ * before it ends (results).  batch_util_catch_signals installs a
+ * handler that only sets batch_util_stop to the signal, with SA_RESTART
+ * (a Redis read goes on: the command checks the flag between its steps)
+ * and SA_RESETHAND (a second signal ends the process at once), keeping
+ * the handlers it replaces in *s.  batch_util_release_signals puts them
+ * back (when caught) and then, when end is set and a signal came, ends
+ * the process by that signal, as it would have ended without a handler,
+ * so that a shell sees how (130 or 143).  Set s to {0} first. */
+extern volatile sig_atomic_t batch_util_stop;
+typedef struct batch_signals {
+    struct sigaction old_int, old_term;
+    int caught;
+} batch_signals;
+void batch_util_catch_signals(batch_signals *s);
+void batch_util_release_signals(batch_signals *s, int end);
+const char *batch_util_signal_name(int sig);  /* "SIGINT", "SIGTERM" */
 
 /* 1 when r, a job hash's batch_id, names a batch other than batch: the
  * job's state is another batch's (its job_id reused), not this one's. */

@@ -1134,6 +1134,34 @@ def test_job_ids_are_counted_in_characters(stack):
 
 # ---- results and status, interrupted or with options first --------------------
 
+def test_results_interrupted_leaves_no_temporary_files(stack):
+    """SIGINT while results reads a batch of 100,000 jobs (its Redis held
+    by CLIENT PAUSE, so that the signal lands among the reads): it removes
+    the temporary files it was writing, writes no output, and ends by the
+    signal.  Before, OUT.tmpPID and ERRORS.tmpPID stayed behind."""
+    r = stack.redis_client()
+    n = 100000
+    r.hset("retort:batch:{res}", mapping={"total": n, "created": 1})
+    for start in range(0, n, 10000):
+        r.rpush("retort:batch:{res}:jobs", *["res-%d" % i for i in range(start, start + 10000)])
+    out = os.path.join(stack.dir, "res.out.jsonl")
+    p = subprocess.Popen([RETORT, "results", "res", "-o", out, "-c", stack.config_path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not any(f.startswith("res.out.jsonl.tmp") for f in os.listdir(stack.dir)):
+        assert p.poll() is None, p.communicate()
+        assert time.time() < deadline
+        time.sleep(0.001)
+    r.execute_command("CLIENT", "PAUSE", 1000, "ALL")
+    assert p.poll() is None, "results was over before the pause"
+    p.send_signal(signal.SIGINT)
+    stdout, err = p.communicate(timeout=60)
+    assert [f for f in os.listdir(stack.dir) if f.startswith("res.")] == []
+    assert p.returncode == -signal.SIGINT, (p.returncode, stdout, err)
+    assert "retort results: interrupted (SIGINT): %s not written" % out in err, err
+
+
+
 def test_status_takes_its_options_anywhere(stack):
     """retort status, as the batch commands, takes its options before the
     job id too.  Before, 'retort status -c FILE JOB' was 'unknown option'."""
