@@ -161,8 +161,10 @@ static int job_fits(const char *id, size_t len, size_t max, char *msg, size_t ms
 }
 
 /* Produces every job (key = job id) and waits for all delivery reports.
- * Returns the number not delivered, naming a few on stderr, each failed
- * delivery as in the topic or not.  unsent (may be NULL; else js->count
+ * Returns the number not delivered, naming the first MAX_REPORTED_ERRORS
+ * not queued and as many failed deliveries on stderr (each as in the
+ * topic or not), and how many more (submit writes the jobs not sent to
+ * a file: write_not_sent).  unsent (may be NULL; else js->count
  * bytes, zeroed) gets 1 for each job certainly not in the topic: not
  * queued (the producer refused it, and so every job after it: they never
  * left this process), or a failed delivery librdkafka says was not
@@ -183,6 +185,8 @@ static size_t produce_all(const char *cmd, batch_producer *p, const char *topic,
         fprintf(stderr, "retort %s: %s; %zu job(s) not queued\n", cmd, err, js->count - sent);
         for (size_t i = sent; i < js->count && i - sent < MAX_REPORTED_ERRORS; i++)
             fprintf(stderr, "retort %s: job %s not queued\n", cmd, js->items[i].id);
+        if (js->count - sent > MAX_REPORTED_ERRORS)
+            fprintf(stderr, "retort %s: ... %zu more not queued\n", cmd, js->count - sent - MAX_REPORTED_ERRORS);
         bad += js->count - sent;
     } else if (bad) {
         snprintf(err, errlen, "%s", ferr);
@@ -194,6 +198,8 @@ static size_t produce_all(const char *cmd, batch_producer *p, const char *topic,
             fprintf(stderr, "retort %s: job %s not delivered (%s)\n", cmd, js->items[failed[i].index].id,
                     failed[i].maybe_persisted ? "may be in the topic" : "not written to the topic");
     }
+    if (nfailed > MAX_REPORTED_ERRORS)
+        fprintf(stderr, "retort %s: ... %zu more not delivered\n", cmd, nfailed - MAX_REPORTED_ERRORS);
     return bad;
 }
 
@@ -626,19 +632,94 @@ cleanup:
     return rc;
 }
 
+/* Where submit writes a file about batch: next to the input, named after
+ * it (without .jsonl) and the batch (products.jsonl, batch b1:
+ * products.b1.WHAT), in the current directory for standard input
+ * (b1.WHAT).  A '/' of the batch id becomes '_'.  NULL: out of memory. */
+static char *side_path(const char *file, const char *batch, const char *what) {
+    size_t n = strlen(file);
+    int stdin_ = !strcmp(file, "-");
+    int stem = (int)(n > 6 && !strcmp(file + n - 6, ".jsonl") ? n - 6 : n);
+    char *path = NULL;
+    if (stdin_ ? asprintf(&path, "%s.%s", batch, what) < 0
+               : asprintf(&path, "%.*s.%s.%s", stem, file, batch, what) < 0)
+        return NULL;
+    /* the batch id names a file, not a directory */
+    size_t at = stdin_ ? 0 : (size_t)stem + 1;
+    for (size_t i = at; i < at + strlen(batch); i++)
+        if (path[i] == '/') path[i] = '_';
+    return path;
+}
+
+/* Writes what put writes (0 = ok, else errno says why) to path, whole
+ * or not at all: to a file beside it, renamed over it at the end.  0 =
+ * ok; -1 with err. */
+typedef int (*file_put)(FILE *f, void *ud);
+
+static int write_whole(const char *path, file_put put, void *ud, char *err, size_t errlen) {
+    char *tmp = NULL;
+    FILE *f = NULL;
+    int rc = -1;
+    if (asprintf(&tmp, "%s.tmp%d", path, (int)getpid()) < 0) {
+        tmp = NULL;
+        snprintf(err, errlen, "out of memory");
+        goto cleanup;
+    }
+    if (!(f = fopen(tmp, "w"))) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    errno = 0;
+    int werr = put(f, ud);
+    werr |= fclose(f);
+    f = NULL;
+    if (werr || rename(tmp, path)) {
+        snprintf(err, errlen, "writing %s: %s", path, strerror(errno ? errno : EIO));
+        goto cleanup;
+    }
+    rc = 0;
+cleanup:
+    if (f) fclose(f);
+    if (rc && tmp) unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* The jobs of a sub_jobs, one per line, as produced but for their
+ * batch_id: the file is the input of a new batch, whose submit sets its
+ * own (the old one would only mislead a reader).  Their job_id stays,
+ * a generated one too, so that their results join the old input. */
+static int put_jobs(FILE *f, void *ud) {
+    const sub_jobs *js = ud;
+    for (size_t i = 0; i < js->count; i++) {
+        cJSON *doc = parse_editable(js->items[i].json, strlen(js->items[i].json), NULL);
+        if (doc) cJSON_DeleteItemFromObjectCaseSensitive(doc, "batch_id");
+        char *line = doc ? jsonout_print(doc) : NULL;
+        cJSON_Delete(doc);
+        int rc = line && fputs(line, f) >= 0 && fputc('\n', f) != EOF ? 0 : -1;
+        if (!line) errno = ENOMEM;
+        free(line);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 /* After a failed produce: the jobs of js flagged in unsent (some) are
  * certainly not in the topic and cannot reach a worker.  The batch no
- * longer counts them, so that it completes when the others end, and
- * their ids are let go (cl: the claims), so that they can be submitted
- * as a new batch (claimed, they were refused for the state's TTL).  When
- * the batch cannot be cut, they keep their ids: a batch that still lists
- * a job must not see its id taken by another batch.  Says what it did,
- * or what it could not, on stderr. */
-static void cut_unsent(redisContext *c, const config *cfg, const char *batch, const sub_jobs *js,
-                       const unsigned char *unsent, const claim_ctx *cl) {
+ * longer counts them, so that it completes when the others end, their
+ * ids are let go (cl: the claims), so that they can be submitted as a
+ * new batch (claimed, they were refused for the state's TTL), and they
+ * are written to a file beside the input, every one (the output names
+ * only the first few), to submit as they are.  When the batch cannot be
+ * cut, they keep their ids: a batch that still lists a job must not see
+ * its id taken by another batch.  Says what it did, or what it could
+ * not, on stderr. */
+static void cut_unsent(redisContext *c, const config *cfg, const char *batch, const char *file,
+                       const sub_jobs *js, const unsigned char *unsent, const claim_ctx *cl) {
     sub_jobs kept = {0}, rest = {0};
     claim_ctx un = *cl;
-    char cerr[512] = "out of memory", uerr[512] = "out of memory";
+    char cerr[512] = "out of memory", uerr[512] = "out of memory", ferr[1024] = "out of memory";
+    char *path = NULL;
     un.jobs = &rest;
     int oom = sub_jobs_pick(js, unsent, 0, &kept) | sub_jobs_pick(js, unsent, 1, &rest);
     /* the batch first: its list never names a job whose id is free */
@@ -646,15 +727,27 @@ static void cut_unsent(redisContext *c, const config *cfg, const char *batch, co
     if (!cut && !oom) snprintf(uerr, sizeof(uerr), "the batch still counts them");
     int freed = cut && batch_util_pipeline(c, rest.count, 1, unclaim_build, no_error_reply, &un, uerr,
                                            sizeof(uerr)) == 0;
-    if (cut)
-        fprintf(stderr,
-                "retort submit: batch %s now counts the %zu job(s) delivered or possibly in the topic; the %zu "
-                "not sent are out of it (not_sent): submit them as a new batch\n",
-                batch, kept.count, rest.count);
-    else
+    if (!cut) {
         fprintf(stderr, "retort submit: batch %s still counts the job(s) not sent, and cannot complete: %s\n",
                 batch, cerr);
+    } else if ((path = side_path(file, batch, "not_sent.jsonl")) &&
+               !write_whole(path, put_jobs, &rest, ferr, sizeof(ferr))) {
+        fprintf(stderr,
+                "retort submit: batch %s now counts the %zu job(s) delivered or possibly in the topic; the %zu "
+                "not sent are out of it (not_sent), written to %s: submit them as a new batch (retort submit %s)\n",
+                batch, kept.count, rest.count, path, path);
+    } else {
+        /* every one named, then: the user needs them all */
+        fprintf(stderr,
+                "retort submit: batch %s now counts the %zu job(s) delivered or possibly in the topic; the %zu "
+                "not sent are out of it (not_sent): submit them as a new batch; not written to a file (%s), "
+                "they are:\n",
+                batch, kept.count, rest.count, ferr);
+        for (size_t i = 0; i < rest.count; i++)
+            fprintf(stderr, "retort submit: job %s (line %ld) not sent\n", rest.items[i].id, rest.items[i].line);
+    }
     if (!freed) fprintf(stderr, "retort submit: the jobs not sent keep their job_id: %s\n", uerr);
+    free(path);
     /* views: the jobs stay js's */
     free(kept.items);
     free(rest.items);
@@ -791,7 +884,7 @@ int batch_submit_main(int argc, char **argv) {
         size_t maybe = bad - nunsent;
         fprintf(stderr, "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n", bad,
                 sc.jobs.count, batch, topic, err);
-        if (nunsent) cut_unsent(c, cfg, batch, &sc.jobs, unsent, &cl);
+        if (nunsent) cut_unsent(c, cfg, batch, sc.file, &sc.jobs, unsent, &cl);
         if (maybe)
             fprintf(stderr,
                     "retort submit: %zu job(s) not delivered may be in the topic yet: they stay this batch's "

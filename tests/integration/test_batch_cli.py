@@ -1132,6 +1132,35 @@ def test_job_ids_are_counted_in_characters(stack):
     assert stack.redis_client().hget("retort:job:{%s}" % ok, "batch_id") == batch
 
 
+
+# ---- a submit whose produce fails part way ----------------------------------------
+
+def test_submit_writes_every_job_not_sent_to_a_file(control_stack):
+    """30 of 60 jobs refused by the broker (MSG_SIZE_TOO_LARGE to every
+    other request, one message each): the output names the first 20 and
+    says how many more; all 30 are in a file beside the input, as jobs to
+    submit (their job_id, no batch_id), which goes as a new batch.
+    Before, 10 of them were named nowhere, while the output said to
+    submit them as a new batch."""
+    stack = control_stack
+    ids = ["many-%d" % i for i in range(60)]
+    path, p = failed_submit(stack, ids, "many", " ".join(["NO_ERROR", "MSG_SIZE_TOO_LARGE"] * 30))
+    named = re.findall(r"job (\S+) not delivered \(not written to the topic\)\n", p.stderr)
+    assert named == ids[1::2][:20], p.stderr
+    assert "retort submit: ... 10 more not delivered\n" in p.stderr, p.stderr
+    not_sent = os.path.join(stack.dir, "many.many.not_sent.jsonl")
+    assert ("the 30 not sent are out of it (not_sent), written to %s: submit them as a new batch (retort submit %s)"
+            % (not_sent, not_sent)) in p.stderr, p.stderr
+    assert_cut(stack, "many", ids[0::2], 30)
+    with open(not_sent) as f:
+        assert [json.loads(l) for l in f] == [{"job_id": j, "schema": "product.v1", "prompt": "x"}
+                                             for j in ids[1::2]]
+    stack.kafka_control("clear_errors Produce")
+    batch, n = submit(stack, not_sent, "--batch", "many-rest")
+    assert n == 30
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == sorted(ids)
+
+
 # ---- results and status, interrupted or with options first --------------------
 
 def test_results_interrupted_leaves_no_temporary_files(stack):
