@@ -15,6 +15,7 @@ struct batch_producer {
     char first_error[512];
     char last_error[512];  /* from the error callback: why brokers are down */
     long long timeout_ms;  /* message.timeout.ms in force */
+    volatile sig_atomic_t *stop;  /* see batch_producer_set_stop */
 };
 
 typedef struct conf_walk {
@@ -145,9 +146,17 @@ int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, c
     return rc;
 }
 
+void batch_producer_set_stop(batch_producer *p, volatile sig_atomic_t *stop) { p->stop = stop; }
+
 int batch_producer_send(batch_producer *p, const char *topic, const char *key, const char *value,
                         size_t len, size_t index, char *err, size_t errlen) {
     for (;;) {
+        /* checked while waiting too: with a slow broker the queue stays
+         * full, and a Ctrl-C must not wait for the whole input to go */
+        if (p->stop && *p->stop) {
+            snprintf(err, errlen, "interrupted");
+            return -1;
+        }
         rd_kafka_resp_err_t e = rd_kafka_producev(
             p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
             RD_KAFKA_V_VALUE((void *)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),

@@ -5,6 +5,7 @@
 #ifndef RETORT_BATCH_PRODUCER_H
 #define RETORT_BATCH_PRODUCER_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "config.h"
@@ -26,8 +27,13 @@ int batch_producer_max_bytes(const config *cfg, size_t *max, char *err, size_t e
 /* Asks the cluster for the topic's metadata: fails fast when no broker
  * answers within timeout_ms.  0 = ok. */
 int batch_producer_check(batch_producer *p, const char *topic, int timeout_ms, char *err, size_t errlen);
+/* stop (may be NULL; the caller's, set by a signal handler): once it is
+ * non-zero, batch_producer_send queues nothing more, and stops waiting
+ * for room in the queue. */
+void batch_producer_set_stop(batch_producer *p, volatile sig_atomic_t *stop);
 /* Queues value (copied) with key; index identifies the message in the
- * delivery results.  Waits while the local queue is full.  0 = ok. */
+ * delivery results.  Waits while the local queue is full.  0 = ok; -1
+ * with err (when stopped: "interrupted"). */
 int batch_producer_send(batch_producer *p, const char *topic, const char *key, const char *value,
                         size_t len, size_t index, char *err, size_t errlen);
 /* A message whose delivery report was an error. */

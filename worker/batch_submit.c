@@ -412,11 +412,13 @@ typedef struct claim_ctx {
     const char *script;
     size_t refused;
     const char *cmd;
+    size_t sent;        /* claims sent (the first jobs): the most that may be held */
 } claim_ctx;
 
 static int claim_build(redisContext *c, size_t i, void *ud) {
     claim_ctx *cc = ud;
     char key[BATCH_KEY_MAX];
+    cc->sent = i + 1;
     batch_util_key_job(cc->cfg, cc->jobs->items[i].id, key, sizeof(key));
     return redisAppendCommand(c, "EVAL %s 1 %s %s %lld", cc->script, key, cc->batch,
                               config_get_int(cc->cfg, "redis.ttl_s")) == REDIS_OK
@@ -424,8 +426,18 @@ static int claim_build(redisContext *c, size_t i, void *ud) {
                : -1;
 }
 
+/* "interrupted" in err when a signal asked the submit to stop
+ * (batch_util_stop): a pipeline's callback stops it there (its chunk's
+ * replies read, so the connection goes on for the cleanup). */
+static int stopped(char *err, size_t errlen) {
+    if (!batch_util_stop) return 0;
+    snprintf(err, errlen, "interrupted");
+    return 1;
+}
+
 static int claim_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
     claim_ctx *cc = ud;
+    if (stopped(err, errlen)) return -1;
     if (r[0]->type == REDIS_REPLY_ERROR) {
         snprintf(err, errlen, "redis: %s", r[0]->str);
         return -1;
@@ -482,6 +494,7 @@ static int store_build(redisContext *c, size_t i, void *ud) {
 }
 
 static int store_reply(size_t i, redisReply **r, void *ud, char *err, size_t errlen) {
+    if (stopped(err, errlen)) return -1;
     for (int k = 0; k < 2; k++) {
         if (r[k]->type == REDIS_REPLY_ERROR) {
             snprintf(err, errlen, "redis: %s", r[k]->str);
@@ -491,40 +504,67 @@ static int store_reply(size_t i, redisReply **r, void *ud, char *err, size_t err
     return 0;
 }
 
-/* Claims the batch (HSETNX total): fails when any of its keys exists. */
+/* Creates the batch with its TTL in one step, so that a submit that dies
+ * on the way (a signal, a crash, a lost connection) never leaves a batch
+ * for ever (its cleanup may not run).  KEYS: the batch's hash, list and
+ * inputs; ARGV: total, created, submitted_by, input, ttl (s).  0 when a
+ * key of the batch exists already, 1 when created. */
+static const char script_new_batch[] =
+    "if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3]) > 0 then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'total', ARGV[1], 'created', ARGV[2], 'submitted_by', ARGV[3], 'input', ARGV[4])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[5])\n"
+    "return 1\n";
+
+/* Claims the batch: fails when any of its keys exists. */
 static int claim_batch(redisContext *c, const config *cfg, const char *batch, const char *file,
                        size_t total, char *err, size_t errlen) {
-    char bkey[BATCH_KEY_MAX], jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX], n[32], now[32], host[128] = "", by[256];
+    char bkey[BATCH_KEY_MAX], jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX], host[128] = "", by[256];
     batch_util_key_batch(cfg, batch, bkey, sizeof(bkey));
     batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey));
     batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
-    snprintf(n, sizeof(n), "%zu", total);
-    snprintf(now, sizeof(now), "%lld", (long long)util_wall_ms());
     const char *user = getenv("USER");
     gethostname(host, sizeof(host) - 1);
     snprintf(by, sizeof(by), "%s@%s", user && user[0] ? user : "unknown", host);
     int rc = -1;
-    redisReply *r = redisCommand(c, "EXISTS %s %s %s", bkey, jkey, ikey);
-    if (r && r->type == REDIS_REPLY_INTEGER && r->integer) {
+    redisReply *r = redisCommand(c, "EVAL %s 3 %s %s %s %lld %lld %s %s %lld", script_new_batch, bkey, jkey, ikey,
+                                 (long long)total, (long long)util_wall_ms(), by, file,
+                                 config_get_int(cfg, "redis.ttl_s"));
+    if (r && r->type == REDIS_REPLY_INTEGER && !r->integer)
         snprintf(err, errlen, "batch %s exists already; choose another --batch", batch);
-        goto done;
-    }
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        r = redisCommand(c, "HSETNX %s total %s", bkey, n);
-        if (r && r->type == REDIS_REPLY_INTEGER && !r->integer) {
-            snprintf(err, errlen, "batch %s exists already (submitted at the same time?)", batch);
-            goto done;
-        }
-    }
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        r = redisCommand(c, "HSET %s created %s submitted_by %s input %s", bkey, now, by, file);
-        if (r && r->type == REDIS_REPLY_INTEGER) rc = 0;
-    }
-    if (rc) snprintf(err, errlen, "redis: %s", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
-done:
+    else if (r && r->type == REDIS_REPLY_INTEGER)
+        rc = 0;
+    else
+        snprintf(err, errlen, "redis: %s", r && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
     freeReplyObject(r);
+    return rc;
+}
+
+/* The first job of the batch's list and inputs, with their TTL in the
+ * same step, as the batch's hash got its own: the later ones are only
+ * pushed (expire_batch sets the three TTLs anew once all are in).
+ * KEYS: the list, the inputs; ARGV: job id, job, ttl (s). */
+static const char script_store_first[] =
+    "redis.call('RPUSH', KEYS[1], ARGV[1])\n"
+    "redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
+    "redis.call('EXPIRE', KEYS[2], ARGV[3])\n"
+    "return 0\n";
+
+/* Stores the job list and the inputs of the batch.  0 = ok; -1 with err. */
+static int store_jobs(redisContext *c, const config *cfg, const char *batch, const sub_jobs *js, char *err,
+                      size_t errlen) {
+    char jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX];
+    batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey));
+    batch_util_key_input(cfg, batch, ikey, sizeof(ikey));
+    /* js has a job (a file of none is refused before) */
+    redisReply *r = redisCommand(c, "EVAL %s 2 %s %s %s %s %lld", script_store_first, jkey, ikey, js->items[0].id,
+                                 js->items[0].json, config_get_int(cfg, "redis.ttl_s"));
+    int rc = r && r->type != REDIS_REPLY_ERROR ? 0 : -1;
+    if (rc) snprintf(err, errlen, "redis: %s", r ? r->str : c->errstr);
+    freeReplyObject(r);
+    sub_jobs tail = {js->items + 1, js->count - 1, 0};
+    store_ctx st = {jkey, ikey, &tail};
+    if (!rc) rc = batch_util_pipeline(c, tail.count, 2, store_build, store_reply, &st, err, errlen);
     return rc;
 }
 
@@ -538,13 +578,6 @@ static void expire_batch(redisContext *c, const config *cfg, const char *batch) 
     freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_batch(cfg, batch, key, sizeof(key)), ttl));
     freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_jobs(cfg, batch, key, sizeof(key)), ttl));
     freeReplyObject(redisCommand(c, "EXPIRE %s %s", batch_util_key_input(cfg, batch, key, sizeof(key)), ttl));
-}
-
-static void forget_batch(redisContext *c, const config *cfg, const char *batch) {
-    char k1[BATCH_KEY_MAX], k2[BATCH_KEY_MAX], k3[BATCH_KEY_MAX];
-    freeReplyObject(redisCommand(c, "DEL %s %s %s", batch_util_key_batch(cfg, batch, k1, sizeof(k1)),
-                                 batch_util_key_jobs(cfg, batch, k2, sizeof(k2)),
-                                 batch_util_key_input(cfg, batch, k3, sizeof(k3))));
 }
 
 /* One command per job: CMD KEY job_id. */
@@ -632,6 +665,42 @@ cleanup:
     return rc;
 }
 
+static int forget_batch(redisContext *c, const config *cfg, const char *batch, char *err, size_t errlen) {
+    char k1[BATCH_KEY_MAX], k2[BATCH_KEY_MAX], k3[BATCH_KEY_MAX];
+    return reply_ok(c,
+                    redisCommand(c, "DEL %s %s %s", batch_util_key_batch(cfg, batch, k1, sizeof(k1)),
+                                 batch_util_key_jobs(cfg, batch, k2, sizeof(k2)),
+                                 batch_util_key_input(cfg, batch, k3, sizeof(k3))),
+                    "DEL", err, errlen);
+}
+
+/* One step of a cleanup on connection c: 0 = done; -1 with err.  It may
+ * run again whole after a lost connection, so it must redo nothing it
+ * did (the scripts and commands of the cleanups are idempotent). */
+typedef int (*cleanup_step)(redisContext *c, void *ud, char *err, size_t errlen);
+
+/* Runs step on *c, or on a new connection when *c has failed: the
+ * failure that calls for the cleanup is often the connection's own (a
+ * restart, a failover, a CLIENT KILL), and a cleanup on the broken one
+ * did nothing.  Tries again a few times, over about 3 s, while the
+ * connection is what fails; not when Redis answered with a refusal.
+ * 0 = done; -1 with err (*c may be NULL then). */
+static int with_redis(redisContext **c, const config *cfg, cleanup_step step, void *ud, char *err,
+                      size_t errlen) {
+    static const long retry_ms[] = {0, 250, 750, 2000};
+    for (size_t t = 0; t < sizeof(retry_ms) / sizeof(retry_ms[0]); t++) {
+        struct timespec ts = {retry_ms[t] / 1000, retry_ms[t] % 1000 * 1000000};
+        if (retry_ms[t]) nanosleep(&ts, NULL);
+        if (!*c || (*c)->err) {
+            if (*c) redisFree(*c);
+            if (!(*c = batch_util_redis(cfg, err, errlen))) continue;
+        }
+        if (!step(*c, ud, err, errlen)) return 0;
+        if (!(*c)->err) return -1;
+    }
+    return -1;
+}
+
 /* Where submit writes a file about batch: next to the input, named after
  * it (without .jsonl) and the batch (products.jsonl, batch b1:
  * products.b1.WHAT), in the current directory for standard input
@@ -704,34 +773,136 @@ static int put_jobs(FILE *f, void *ud) {
     return 0;
 }
 
-/* After a failed produce: the jobs of js flagged in unsent (some) are
- * certainly not in the topic and cannot reach a worker.  The batch no
- * longer counts them, so that it completes when the others end, their
- * ids are let go (cl: the claims), so that they can be submitted as a
- * new batch (claimed, they were refused for the state's TTL), and they
- * are written to a file beside the input, every one (the output names
- * only the first few), to submit as they are.  When the batch cannot be
- * cut, they keep their ids: a batch that still lists a job must not see
- * its id taken by another batch.  Says what it did, or what it could
- * not, on stderr. */
-static void cut_unsent(redisContext *c, const config *cfg, const char *batch, const char *file,
+/* s as an argument of a redis-cli command line, in double quotes (its
+ * escapes: \" \\ \n \xHH). */
+static void put_quoted(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch < 0x20 || ch == 0x7f) fprintf(f, "\\x%02x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct release_ctx {
+    const config *cfg;
+    const char *batch;
+    claim_ctx claims;   /* jobs: those whose claims were sent */
+} release_ctx;
+
+/* What release_step does, as redis-cli commands, one per line. */
+static int put_release(FILE *f, void *ud) {
+    const release_ctx *rx = ud;
+    char key[BATCH_KEY_MAX];
+    for (size_t i = 0; i < rx->claims.jobs->count; i++) {
+        fputs("EVAL ", f);
+        put_quoted(f, script_unclaim);
+        fputs(" 1 ", f);
+        put_quoted(f, batch_util_key_job(rx->cfg, rx->claims.jobs->items[i].id, key, sizeof(key)));
+        fputc(' ', f);
+        put_quoted(f, rx->batch);
+        fputc('\n', f);
+    }
+    fputs("DEL ", f);
+    put_quoted(f, batch_util_key_batch(rx->cfg, rx->batch, key, sizeof(key)));
+    fputc(' ', f);
+    put_quoted(f, batch_util_key_jobs(rx->cfg, rx->batch, key, sizeof(key)));
+    fputc(' ', f);
+    put_quoted(f, batch_util_key_input(rx->cfg, rx->batch, key, sizeof(key)));
+    fputc('\n', f);
+    return ferror(f) ? -1 : 0;
+}
+
+/* The batch first would free its id while claims of it remain: the ids
+ * first (only the claims still nothing but this batch's go). */
+static int release_step(redisContext *c, void *ud, char *err, size_t errlen) {
+    release_ctx *rx = ud;
+    if (batch_util_pipeline(c, rx->claims.jobs->count, 1, unclaim_build, no_error_reply, &rx->claims, err, errlen))
+        return -1;
+    return forget_batch(c, rx->cfg, rx->batch, err, errlen);
+}
+
+/* Lets go what a submit that produced nothing claimed: the batch, and
+ * the ids of cl (its claims sent: cl->sent) that are still nothing but
+ * this batch's claim.  When even a new connection cannot, says what is
+ * left, for how long, and how to clear it: a file of redis-cli commands
+ * that do what this would have done. */
+static void release_batch(redisContext **c, const config *cfg, const char *batch, const char *file,
+                          const claim_ctx *cl) {
+    sub_jobs sent = {cl->jobs ? cl->jobs->items : NULL, cl->sent, 0};
+    release_ctx rx = {cfg, batch, *cl};
+    char err[1024], ferr[1024], key[BATCH_KEY_MAX];
+    rx.claims.jobs = &sent;
+    if (!with_redis(c, cfg, release_step, &rx, err, sizeof(err))) return;
+    fprintf(stderr, "retort submit: could not let go of what this submit claimed: %s\n", err);
+    fprintf(stderr,
+            "retort submit: left in Redis until their TTL (redis.ttl_s, %lld s) runs out: batch %s (%s, with its "
+            ":jobs and :input if stored), and the claims of up to %zu job id(s), those of the first %zu job(s) "
+            "of %s; until then submit refuses batch %s and those job ids\n",
+            config_get_int(cfg, "redis.ttl_s"), batch, batch_util_key_batch(cfg, batch, key, sizeof(key)),
+            sent.count, sent.count, file, batch);
+    char *path = side_path(file, batch, "release.redis");
+    if (path && !write_whole(path, put_release, &rx, ferr, sizeof(ferr))) {
+        char db[32] = "";
+        if (config_get_int(cfg, "redis.db")) snprintf(db, sizeof(db), " -n %lld", config_get_int(cfg, "redis.db"));
+        const char *pw = config_get(cfg, "redis.password");
+        fprintf(stderr, "retort submit: to clear them once Redis answers: redis-cli -h %s -p %lld%s%s < %s\n",
+                config_get(cfg, "redis.host"), config_get_int(cfg, "redis.port"), db,
+                pw && pw[0] ? " --askpass" : "", path);
+    } else {
+        fprintf(stderr,
+                "retort submit: to clear them once Redis answers: DEL the batch's three keys, and the key %s of "
+                "each of those job ids that holds only batch_id %s (%s)\n",
+                batch_util_key_job(cfg, "ID", key, sizeof(key)), batch, path ? ferr : "out of memory");
+    }
+    free(path);
+}
+
+typedef struct cut_ctx {
+    const config *cfg;
+    const char *batch;
+    const sub_jobs *kept, *rest;
+    claim_ctx un;   /* the claims of rest */
+    int cut;        /* the batch is cut */
+} cut_ctx;
+
+/* The batch first: its list never names a job whose id is free. */
+static int cut_step(redisContext *c, void *ud, char *err, size_t errlen) {
+    cut_ctx *cx = ud;
+    if (!cx->cut && cut_batch(c, cx->cfg, cx->batch, cx->kept, cx->rest, err, errlen)) return -1;
+    cx->cut = 1;
+    return batch_util_pipeline(c, cx->rest->count, 1, unclaim_build, no_error_reply, &cx->un, err, errlen);
+}
+
+/* After a failed or interrupted produce: the jobs of js flagged in
+ * unsent (some) are certainly not in the topic and cannot reach a
+ * worker.  The batch no longer counts them, so that it completes when the
+ * others end, their ids are let go (cl: the claims), so that they can be
+ * submitted as a new batch (claimed, they were refused for the state's
+ * TTL), and they are written to a file beside the input, every one (the
+ * output names only the first few), to submit as they are.  When the
+ * batch cannot be cut, they keep their ids: a batch that still lists a
+ * job must not see its id taken by another batch.  On a new connection
+ * when *c failed.  Says what it did, or what it could not, on stderr. */
+static void cut_unsent(redisContext **c, const config *cfg, const char *batch, const char *file,
                        const sub_jobs *js, const unsigned char *unsent, const claim_ctx *cl) {
     sub_jobs kept = {0}, rest = {0};
-    claim_ctx un = *cl;
-    char cerr[512] = "out of memory", uerr[512] = "out of memory", ferr[1024] = "out of memory";
+    cut_ctx cx = {cfg, batch, &kept, &rest, *cl, 0};
+    char err[512] = "out of memory", ferr[1024] = "out of memory";
     char *path = NULL;
-    un.jobs = &rest;
+    cx.un.jobs = &rest;
     int oom = sub_jobs_pick(js, unsent, 0, &kept) | sub_jobs_pick(js, unsent, 1, &rest);
-    /* the batch first: its list never names a job whose id is free */
-    int cut = !oom && cut_batch(c, cfg, batch, &kept, &rest, cerr, sizeof(cerr)) == 0;
-    if (!cut && !oom) snprintf(uerr, sizeof(uerr), "the batch still counts them");
-    int freed = cut && batch_util_pipeline(c, rest.count, 1, unclaim_build, no_error_reply, &un, uerr,
-                                           sizeof(uerr)) == 0;
-    if (!cut) {
+    int freed = !oom && !with_redis(c, cfg, cut_step, &cx, err, sizeof(err));
+    if (!cx.cut) {
         fprintf(stderr, "retort submit: batch %s still counts the job(s) not sent, and cannot complete: %s\n",
-                batch, cerr);
-    } else if ((path = side_path(file, batch, "not_sent.jsonl")) &&
-               !write_whole(path, put_jobs, &rest, ferr, sizeof(ferr))) {
+                batch, err);
+        fprintf(stderr, "retort submit: the jobs not sent keep their job_id: the batch still counts them\n");
+        goto cleanup;
+    }
+    if ((path = side_path(file, batch, "not_sent.jsonl")) && !write_whole(path, put_jobs, &rest, ferr, sizeof(ferr))) {
         fprintf(stderr,
                 "retort submit: batch %s now counts the %zu job(s) delivered or possibly in the topic; the %zu "
                 "not sent are out of it (not_sent), written to %s: submit them as a new batch (retort submit %s)\n",
@@ -746,11 +917,18 @@ static void cut_unsent(redisContext *c, const config *cfg, const char *batch, co
         for (size_t i = 0; i < rest.count; i++)
             fprintf(stderr, "retort submit: job %s (line %ld) not sent\n", rest.items[i].id, rest.items[i].line);
     }
-    if (!freed) fprintf(stderr, "retort submit: the jobs not sent keep their job_id: %s\n", uerr);
+    if (!freed) fprintf(stderr, "retort submit: the jobs not sent keep their job_id: %s\n", err);
+cleanup:
     free(path);
     /* views: the jobs stay js's */
     free(kept.items);
     free(rest.items);
+}
+
+/* The first line of what a submit stopped by a signal says: what it was
+ * doing; then comes what it undid or cut. */
+static void say_interrupted(const char *what) {
+    fprintf(stderr, "retort submit: interrupted (%s) %s\n", batch_util_signal_name(batch_util_stop), what);
 }
 
 int batch_submit_main(int argc, char **argv) {
@@ -766,6 +944,7 @@ int batch_submit_main(int argc, char **argv) {
     int claimed = 0;
     claim_ctx cl = {0};
     unsigned char *unsent = NULL; /* per job: certainly not in the topic */
+    batch_signals sigs = {0};
     int rc = batch_util_args("submit", submit_usage, argc, argv, opts, 2, pos, 1, &npos, &cfg);
     if (rc) return rc;
     rc = BATCH_EXIT_USAGE;
@@ -825,12 +1004,19 @@ int batch_submit_main(int argc, char **argv) {
         fprintf(stderr, "retort submit: %s\n", err);
         goto done;
     }
+    batch_producer_set_stop(prod, &batch_util_stop);
+    cl = (claim_ctx){cfg, &sc.jobs, batch, script_claim, 0, "submit", 0};
     const char *topic = config_get(cfg, "topics.jobs");
     if (batch_producer_check(prod, topic, 10000, err, sizeof(err))) {
         fprintf(stderr, "retort submit: %s (kafka.bootstrap.servers=%s): nothing submitted\n", err,
                 config_get(cfg, "kafka.bootstrap.servers"));
         goto done;
     }
+    /* From here on, SIGINT or SIGTERM stops the submit at its next check
+     * (between chunks of Redis commands, before each job produced), which
+     * then undoes or cuts what it did, and ends by the signal; until here
+     * there is nothing to undo, and the default action is as good. */
+    batch_util_catch_signals(&sigs);
     /* Redis first: results and watch need the batch before its first
      * job can finish. */
     if (claim_batch(c, cfg, batch, sc.file, sc.jobs.count, err, sizeof(err))) {
@@ -843,9 +1029,9 @@ int batch_submit_main(int argc, char **argv) {
      * another batch holds would run once, for that batch: refuse both.
      * The ids are claimed as they are checked, so two submits at once
      * cannot both have one. */
-    cl = (claim_ctx){cfg, &sc.jobs, batch, script_claim, 0, "submit"};
     if (batch_util_pipeline(c, sc.jobs.count, 1, claim_build, claim_reply, &cl, err, sizeof(err))) {
-        fprintf(stderr, "retort submit: %s: nothing submitted\n", err);
+        if (batch_util_stop) say_interrupted("while claiming the job ids: nothing submitted");
+        else fprintf(stderr, "retort submit: %s: nothing submitted\n", err);
         goto done;
     }
     if (cl.refused) {
@@ -854,11 +1040,9 @@ int batch_submit_main(int argc, char **argv) {
         fprintf(stderr, "retort submit: %zu job_id(s) taken already: nothing submitted\n", cl.refused);
         goto done;
     }
-    char jkey[BATCH_KEY_MAX], ikey[BATCH_KEY_MAX];
-    store_ctx st = {batch_util_key_jobs(cfg, batch, jkey, sizeof(jkey)),
-                    batch_util_key_input(cfg, batch, ikey, sizeof(ikey)), &sc.jobs};
-    if (batch_util_pipeline(c, sc.jobs.count, 2, store_build, store_reply, &st, err, sizeof(err))) {
-        fprintf(stderr, "retort submit: %s: nothing submitted\n", err);
+    if (store_jobs(c, cfg, batch, &sc.jobs, err, sizeof(err))) {
+        if (batch_util_stop) say_interrupted("while storing the jobs: nothing submitted");
+        else fprintf(stderr, "retort submit: %s: nothing submitted\n", err);
         goto done;
     }
     expire_batch(c, cfg, batch);
@@ -870,7 +1054,8 @@ int batch_submit_main(int argc, char **argv) {
     size_t nunsent = 0;
     for (size_t i = 0; i < sc.jobs.count; i++) nunsent += unsent[i];
     if (nunsent == sc.jobs.count) {
-        fprintf(stderr, "retort submit: no job delivered to %s: %s: nothing submitted\n", topic, err);
+        if (batch_util_stop) say_interrupted("before any job was delivered: nothing submitted");
+        else fprintf(stderr, "retort submit: no job delivered to %s: %s: nothing submitted\n", topic, err);
         goto done;
     }
     /* the batch stays, even partly delivered, or only possibly: a job
@@ -882,9 +1067,10 @@ int batch_submit_main(int argc, char **argv) {
          * whose delivery failed otherwise stays in the batch with its
          * claim: it may be in the topic all the same. */
         size_t maybe = bad - nunsent;
+        if (batch_util_stop) say_interrupted("while producing the jobs");
         fprintf(stderr, "retort submit: %zu of %zu job(s) of batch %s not delivered to %s: %s\n", bad,
                 sc.jobs.count, batch, topic, err);
-        if (nunsent) cut_unsent(c, cfg, batch, sc.file, &sc.jobs, unsent, &cl);
+        if (nunsent) cut_unsent(&c, cfg, batch, sc.file, &sc.jobs, unsent, &cl);
         if (maybe)
             fprintf(stderr,
                     "retort submit: %zu job(s) not delivered may be in the topic yet: they stay this batch's "
@@ -893,15 +1079,14 @@ int batch_submit_main(int argc, char **argv) {
                     maybe);
         goto done;
     }
+    /* every job delivered: a signal during the last flush changed nothing */
+    batch_util_stop = 0;
     printf("batch %s: submitted %zu job(s) to %s\n", batch, sc.jobs.count, topic);
     rc = BATCH_EXIT_OK;
 done:
-    if (claimed && c) {
-        /* nothing went out: the ids are free again (only the claims this
-         * submit made go) */
-        if (cl.batch) batch_util_pipeline(c, sc.jobs.count, 1, unclaim_build, no_error_reply, &cl, err, sizeof(err));
-        forget_batch(c, cfg, batch);
-    }
+    /* nothing went out: the ids are free again (only the claims this
+     * submit made go), and the batch is forgotten */
+    if (claimed) release_batch(&c, cfg, batch, sc.file, &cl);
     free(unsent);
     batch_producer_free(prod);
     if (c) redisFree(c);
@@ -910,6 +1095,7 @@ done:
     schema_free(sc.envelope);
     schema_registry_free(reg);
     config_free(cfg);
+    batch_util_release_signals(&sigs, 1);
     return rc;
 }
 

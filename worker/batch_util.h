@@ -18,7 +18,9 @@
  *   PREFIX:job:{J}           the job's state hash: submit claims J for B
  *                            by writing batch_id there (HMGET ... batch_id
  *                            tells a reused id's state from this batch's)
- * All expire after redis.ttl_s, counted anew (all three) by resubmit,
+ * All expire after redis.ttl_s, set as submit creates each one (in the
+ * same script: a submit that dies leaves none for ever), counted anew
+ * (all three) by resubmit,
  * by submit's cut of a batch, and by a worker's record of an attempt of
  * the batch when the batch's hash has drifted a second from that TTL
  * (not on every attempt: at most once a second per batch while the
@@ -95,7 +97,7 @@ int batch_util_pipeline(redisContext *c, size_t n, size_t per_item, batch_pipe_b
                         batch_pipe_reply reply, void *ud, char *err, size_t errlen);
 
 /* SIGINT and SIGTERM for a command that must undo or finish something
- * before it ends (results).  batch_util_catch_signals installs a
+ * before it ends (submit, results).  batch_util_catch_signals installs a
  * handler that only sets batch_util_stop to the signal, with SA_RESTART
  * (a Redis read goes on: the command checks the flag between its steps)
  * and SA_RESETHAND (a second signal ends the process at once), keeping

@@ -1133,7 +1133,185 @@ def test_job_ids_are_counted_in_characters(stack):
 
 
 
-# ---- a submit whose produce fails part way ----------------------------------------
+# ---- a submit interrupted, or whose Redis or produce fails, part way --------------
+
+def write_ids(stack, name, ids):
+    """A JSONL file of one small job per id; its path."""
+    path = os.path.join(stack.dir, name)
+    with open(path, "w") as f:
+        for jid in ids:
+            f.write(json.dumps({"job_id": jid, "schema": "product.v1", "prompt": "x"}) + "\n")
+    return path
+
+
+def start_submit(stack, path, batch, *args):
+    return subprocess.Popen([RETORT, "submit", path, "--batch", batch, "-c", stack.config_path] + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pause_in_claims(stack, proc, batch, ids, check_ttl=False, timeout=60):
+    """Waits until the submit proc has claimed the first of ids for batch,
+    then holds every write to Redis (CLIENT PAUSE WRITE: the submit's
+    claims wait, the test's reads go on), so that what the test does next
+    lands among the claims: checked, the last one's claim is not made yet.
+    check_ttl: checks the batch's hash has its TTL already.  Returns the
+    paused client's connection (CLIENT UNPAUSE with it)."""
+    r = stack.redis_client()
+    key = "retort:batch:{%s}" % batch
+    deadline = time.time() + timeout
+    while not r.exists("retort:job:{%s}" % ids[0]):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, "no claim of %s after %d s" % (ids[0], timeout)
+        time.sleep(0.002)
+    r.execute_command("CLIENT", "PAUSE", 30000, "WRITE")
+    assert not r.exists("retort:job:{%s}" % ids[-1]), "the claims were over before the pause"
+    # created with its TTL: a submit that dies now leaves no batch for ever
+    assert not check_ttl or 0 < r.ttl(key) <= 604800, r.ttl(key)
+    return r
+
+
+def assert_nothing_left(stack, batch):
+    r = stack.redis_client()
+    assert r.keys("retort:batch:{%s}*" % batch) == []
+    left = r.keys("retort:job:*")
+    assert left == [], (len(left), left[:5])
+
+
+def test_submit_lets_go_of_its_claims_when_redis_drops_the_connection(stack):
+    """Redis drops the submit's connection while it claims the job ids
+    (CLIENT KILL, the claims held by CLIENT PAUSE WRITE so that the kill
+    lands among them): nothing submitted, and the cleanup, on a new
+    connection, lets the claims go and forgets the batch: the same file
+    goes again at once, as the same batch.  Before, the batch's hash had
+    no TTL, the cleanup ran on the broken connection and did nothing: the
+    batch stayed for ever, the ids claimed stayed its for 7 days, and
+    both a new batch of them and the same --batch were refused."""
+    n = 20000
+    ids = ["kill-%d" % i for i in range(n)]
+    path = write_ids(stack, "kill.jsonl", ids)
+    p = start_submit(stack, path, "kill")
+    r = pause_in_claims(stack, p, "kill", ids, check_ttl=True)
+    r.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    r.execute_command("CLIENT", "UNPAUSE")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 2, (out, err)
+    assert "nothing submitted" in err and "could not let go" not in err, err
+    assert_nothing_left(stack, "kill")
+    batch, m = submit(stack, path, "--batch", "kill")
+    assert m == n and len(stack.consume("retort.jobs")) == n
+
+
+def test_submit_stopped_by_sigterm_while_claiming_lets_go_of_everything(stack):
+    """SIGTERM while the submit claims the job ids: it stops at its next
+    reply, lets the claims made go, forgets the batch, says so and ends by
+    the signal.  Before, the signal killed it there: the batch stayed for
+    ever and the ids claimed for 7 days."""
+    n = 20000
+    ids = ["term-%d" % i for i in range(n)]
+    path = write_ids(stack, "term.jsonl", ids)
+    p = start_submit(stack, path, "term")
+    r = pause_in_claims(stack, p, "term", ids)
+    p.send_signal(signal.SIGTERM)
+    r.execute_command("CLIENT", "UNPAUSE")
+    out, err = p.communicate(timeout=60)
+    assert_nothing_left(stack, "term")
+    assert p.returncode == -signal.SIGTERM, (p.returncode, out, err)
+    assert "retort submit: interrupted (SIGTERM) while claiming the job ids: nothing submitted" in err, err
+    assert out == ""
+    assert stack.consume("retort.jobs") == []
+    batch, m = submit(stack, path, "--batch", "term")
+    assert m == n
+
+
+def test_submit_interrupted_while_producing_cuts_the_batch_to_what_went_out(control_stack):
+    """SIGINT while the jobs are produced (a slow broker: each produce
+    request answered 500 ms late, 10 messages in the producer's queue),
+    once 10 are in the topic:
+    the submit queues no more, waits for those in flight, and cuts the
+    batch to the jobs delivered, as a failed produce does: the others
+    leave it (not_sent), let their ids go and are written to a file, which
+    goes as a new batch at once; both batches complete.  It ends by the
+    signal.  Before, the batch counted all 400 jobs and never completed,
+    and their ids stayed its for 7 days."""
+    stack = control_stack
+    n = 400
+    ids = ["int-%d" % i for i in range(n)]
+    path = write_ids(stack, "int.jsonl", ids)
+    # the messages are in the topic at once (kcat sees them), their
+    # producer hears so 500 ms later
+    stack.kafka_control("delay 1 Produce 500 60")
+    p = start_submit(stack, path, "int", "--set", "kafka.queue.buffering.max.messages=10",
+                     "--set", "kafka.batch.num.messages=10")
+    deadline = time.time() + 60
+    while len(stack.consume("retort.jobs")) < 10:
+        assert p.poll() is None, p.communicate()
+        assert time.time() < deadline, "fewer than 10 jobs in the topic after 60 s"
+        time.sleep(0.02)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    in_topic = [m["key"] for m in stack.consume("retort.jobs")]
+    assert len(set(in_topic)) == len(in_topic) and 10 <= len(in_topic) < n, len(in_topic)
+    sent = [j for j in ids if j in set(in_topic)]
+    rest = [j for j in ids if j not in set(in_topic)]
+    assert_cut(stack, "int", sent, len(rest))
+    assert p.returncode == -signal.SIGINT, (p.returncode, out, err)
+    assert "retort submit: interrupted (SIGINT) while producing the jobs" in err, err
+    r = stack.redis_client()
+    assert all(r.hget("retort:job:{%s}" % j, "batch_id") == "int" for j in sent)
+    assert not any(r.exists("retort:job:{%s}" % j) for j in rest)
+    not_sent = os.path.join(stack.dir, "int.int.not_sent.jsonl")
+    assert ("batch int now counts the %d job(s) delivered or possibly in the topic; the %d not sent are out of "
+            "it (not_sent), written to %s" % (len(sent), len(rest), not_sent)) in err, err
+    with open(not_sent) as f:
+        assert [json.loads(l) for l in f] == [{"job_id": j, "schema": "product.v1", "prompt": "x"} for j in rest]
+    batch, m = submit(stack, not_sent, "--batch", "int-rest")
+    assert m == len(rest)
+    assert sorted(m["key"] for m in stack.consume("retort.jobs")) == sorted(ids)
+    stack.start_worker()
+    assert plain_numbers(wait_done(stack, "int")[-1])[:2] == [len(sent)] * 2
+    assert plain_numbers(wait_done(stack, "int-rest")[-1])[:2] == [len(rest)] * 2
+
+
+def test_submit_says_how_to_clear_what_it_could_not_let_go(stack):
+    """Redis goes away while the submit claims the job ids, for longer
+    than the cleanup's tries on new connections: the output says what is
+    left in Redis (the batch, the claims of up to how many ids), for how
+    long, and writes the redis-cli commands that let it go, beside the
+    input; once Redis is back, they do, and the same batch goes.  Before,
+    the output said 'nothing submitted' only."""
+    n = 20000
+    ids = ["gone-%d" % i for i in range(n)]
+    path = write_ids(stack, "gone.jsonl", ids)
+    p = start_submit(stack, path, "gone")
+    pause_in_claims(stack, p, "gone", ids)
+    stack.stop_redis()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 2, (out, err)
+    assert "could not let go of what this submit claimed" in err, err
+    m = re.search(r"left in Redis until their TTL \(redis\.ttl_s, 604800 s\) runs out: batch gone "
+                  r"\(retort:batch:\{gone\}, with its :jobs and :input if stored\), and the claims of up to (\d+) "
+                  r"job id\(s\), those of the first \1 job\(s\) of %s; until then submit refuses batch gone and "
+                  r"those job ids" % re.escape(path), err)
+    assert m and 0 < int(m.group(1)) < n, err
+    release = os.path.join(stack.dir, "gone.gone.release.redis")
+    assert ("to clear them once Redis answers: redis-cli -h 127.0.0.1 -p %d < %s\n" % (stack.redis_port, release)
+            in err), err
+    stack.start_redis()
+    stack._wait_redis()
+    r = stack.redis_client()
+    assert r.exists("retort:batch:{gone}") and r.hget("retort:job:{gone-0}", "batch_id") == "gone"
+    assert len(r.keys("retort:job:*")) <= int(m.group(1))
+    # another batch's claim among them stays
+    r.hset("retort:job:{gone-1}", mapping={"batch_id": "other"})
+    with open(release) as f:
+        cli = subprocess.run(["redis-cli", "-p", str(stack.redis_port)], stdin=f, capture_output=True, text=True,
+                             timeout=120)
+    assert cli.returncode == 0 and "ERR" not in cli.stdout + cli.stderr, (cli.stdout[-2000:], cli.stderr)
+    assert r.keys("retort:batch:{gone}*") == [] and r.keys("retort:job:*") == ["retort:job:{gone-1}"]
+    r.delete("retort:job:{gone-1}")
+    batch, m = submit(stack, path, "--batch", "gone")
+    assert m == n
+
 
 def test_submit_writes_every_job_not_sent_to_a_file(control_stack):
     """30 of 60 jobs refused by the broker (MSG_SIZE_TOO_LARGE to every
