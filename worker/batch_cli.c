@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -286,7 +287,8 @@ static const char results_usage[] =
     "Writes the batch's outputs in input order: one line {\"job_id\", \"output\", \"attempts\"} per\n"
     "final job to OUT, one line {\"job_id\", \"reason\", \"category\", \"attempts\", \"violations\"}\n"
     "per escalated job to ERRORS (default: OUT with the suffix .errors.jsonl).  Jobs not finished\n"
-    "yet are counted on stderr and make the exit code 1.\n";
+    "yet are counted on stderr and make the exit code 1.  \"-\" for OUT or ERRORS is standard\n"
+    "output; with -o - and no --errors, escalated jobs are only counted (on stderr).\n";
 
 typedef struct results_ctx {
     const config *cfg;
@@ -369,7 +371,7 @@ static int results_reply(size_t i, redisReply **r, void *ud, char *err, size_t e
             cJSON *v = cJSON_GetObjectItemCaseSensitive(rec, "violations");
             if (cJSON_IsArray(v)) cJSON_AddItemReferenceToObject(line, "violations", v);
             else cJSON_AddItemToObject(line, "violations", cJSON_CreateArray());
-            failed = write_line(rc->errs, line);
+            failed = rc->errs ? write_line(rc->errs, line) : 0;
             rc->escalations++;
         }
     }
@@ -382,6 +384,63 @@ static int results_reply(size_t i, redisReply **r, void *ud, char *err, size_t e
     return 0;
 }
 
+/* One of results' two files.  "-" is standard output, written as it goes;
+ * any other path is written beside its target (PATH.tmpPID) and renamed
+ * over it at the end, so a reader never sees half a file. */
+typedef struct results_file {
+    const char *path; /* borrowed; NULL: not written */
+    char *tmp;        /* the file beside the target, while it exists */
+    FILE *f;
+} results_file;
+
+static int results_file_open(results_file *rf, char *err, size_t errlen) {
+    struct stat sb;
+    if (!rf->path) return 0;
+    if (!strcmp(rf->path, "-")) {
+        rf->f = stdout;
+        return 0;
+    }
+    /* found now, not by the rename once everything is written */
+    if (!stat(rf->path, &sb) && S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s is a directory", rf->path);
+        return -1;
+    }
+    if (asprintf(&rf->tmp, "%s.tmp%d", rf->path, (int)getpid()) < 0) {
+        rf->tmp = NULL;
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!(rf->f = fopen(rf->tmp, "w"))) {
+        snprintf(err, errlen, "cannot write %s: %s", rf->path, strerror(errno));
+        free(rf->tmp);
+        rf->tmp = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Flushes and closes (standard output stays open).  0 = ok. */
+static int results_file_close(results_file *rf) {
+    FILE *f = rf->f;
+    rf->f = NULL;
+    if (!f) return 0;
+    if (f == stdout) return fflush(f) || ferror(f) ? -1 : 0;
+    return fclose(f) ? -1 : 0;
+}
+
+/* Leaves nothing beside the target (after a failure). */
+static void results_file_drop(results_file *rf) {
+    if (rf->f && rf->f != stdout) fclose(rf->f);
+    rf->f = NULL;
+    if (rf->tmp) unlink(rf->tmp);
+    free(rf->tmp);
+    rf->tmp = NULL;
+}
+
+static const char *results_file_name(const results_file *rf) {
+    return !strcmp(rf->path, "-") ? "standard output" : rf->path;
+}
+
 static int cmd_results(int argc, char **argv) {
     batch_opt opts[] = {{"--output", "-o", 1, NULL, 0}, {"--errors", NULL, 1, NULL, 0},
                         {"--help", "-h", 0, NULL, 0}};
@@ -391,8 +450,9 @@ static int cmd_results(int argc, char **argv) {
     redisContext *c = NULL;
     batch_ids ids = {0};
     results_ctx ctx = {0};
+    results_file out = {0}, errs = {0};
     char err[1024], key[BATCH_KEY_MAX];
-    char *errs_path = NULL, *out_tmp = NULL, *errs_tmp = NULL;
+    char *errs_default = NULL;
     batch_signals sigs = {0};
     int rc = batch_util_args("results", results_usage, argc, argv, opts, 3, pos, 1, &npos, &cfg);
     if (rc) return rc;
@@ -407,16 +467,20 @@ static int cmd_results(int argc, char **argv) {
                 results_usage);
         goto done;
     }
-    const char *batch = pos[0], *out_path = opts[0].value;
+    const char *batch = pos[0];
+    out.path = opts[0].value;
     if (opts[1].value) {
-        errs_path = strdup(opts[1].value);
-    } else {
-        size_t n = strlen(out_path);
-        size_t stem = n > 6 && !strcmp(out_path + n - 6, ".jsonl") ? n - 6 : n;
-        if ((errs_path = malloc(stem + 16))) snprintf(errs_path, stem + 16, "%.*s.errors.jsonl", (int)stem, out_path);
+        errs.path = opts[1].value;
+    } else if (strcmp(out.path, "-")) {
+        size_t n = strlen(out.path);
+        size_t stem = n > 6 && !strcmp(out.path + n - 6, ".jsonl") ? n - 6 : n;
+        if (!(errs_default = malloc(stem + 16))) goto done;
+        snprintf(errs_default, stem + 16, "%.*s.errors.jsonl", (int)stem, out.path);
+        errs.path = errs_default;
     }
-    if (!errs_path) goto done;
-    if (!strcmp(errs_path, out_path)) {
+    /* with -o - and no --errors, escalated jobs are counted, not written:
+     * their lines mixed into the outputs would be read as outputs */
+    if (errs.path && !strcmp(errs.path, out.path)) {
         fprintf(stderr, "retort results: the errors file must differ from the output file\n");
         goto done;
     }
@@ -437,37 +501,51 @@ static int cmd_results(int argc, char **argv) {
      * and it removes its temporary files (the default action left them
      * behind); before, there is nothing to remove. */
     batch_util_catch_signals(&sigs);
-    /* Written next to the targets and renamed at the end: a reader never
-     * sees half a file. */
-    if (asprintf(&out_tmp, "%s.tmp%d", out_path, (int)getpid()) < 0) out_tmp = NULL;
-    if (asprintf(&errs_tmp, "%s.tmp%d", errs_path, (int)getpid()) < 0) errs_tmp = NULL;
-    if (!out_tmp || !errs_tmp) goto done;
+    if (results_file_open(&out, err, sizeof(err)) || results_file_open(&errs, err, sizeof(err))) {
+        fprintf(stderr, "retort results: %s\n", err);
+        goto done;
+    }
     ctx.cfg = cfg;
     ctx.ids = &ids;
     ctx.batch = batch;
-    if (!(ctx.out = fopen(out_tmp, "w")) || !(ctx.errs = fopen(errs_tmp, "w"))) {
-        fprintf(stderr, "retort results: cannot write %s: %s\n", ctx.out ? errs_path : out_path, strerror(errno));
-        goto done;
-    }
+    ctx.out = out.f;
+    ctx.errs = errs.f;
     if (batch_util_pipeline(c, ids.count, 2, results_build, results_reply, &ctx, err, sizeof(err)) ||
         batch_util_stop) {
         if (batch_util_stop)
             fprintf(stderr, "retort results: interrupted (%s): %s not written\n",
-                    batch_util_signal_name(batch_util_stop), out_path);
+                    batch_util_signal_name(batch_util_stop), out.tmp ? out.path : "the output");
         else
             fprintf(stderr, "retort results: %s\n", err);
         goto done;
     }
-    int werr = fclose(ctx.out);
-    ctx.out = NULL;
-    werr |= fclose(ctx.errs);
-    ctx.errs = NULL;
-    if (werr || rename(out_tmp, out_path) || rename(errs_tmp, errs_path)) {
-        fprintf(stderr, "retort results: writing %s: %s\n", out_path, strerror(errno));
+    int werr = results_file_close(&out);
+    werr |= results_file_close(&errs);
+    if (werr) {
+        fprintf(stderr, "retort results: writing the results: %s\n", strerror(errno));
         goto done;
     }
-    printf("batch %s: %zu final -> %s, %zu escalated -> %s\n", batch, ctx.finals, out_path, ctx.escalations,
-           errs_path);
+    if (out.tmp && rename(out.tmp, out.path)) {
+        fprintf(stderr, "retort results: writing %s: %s\n", out.path, strerror(errno));
+        goto done;
+    }
+    free(out.tmp);
+    out.tmp = NULL;
+    if (errs.tmp && rename(errs.tmp, errs.path)) {
+        /* The outputs are in place; the old errors file beside them would
+         * be read as this run's.  Its lines are kept where they are. */
+        fprintf(stderr, "retort results: %s written, but %s not replaced (%s): this run's escalated jobs are "
+                        "in %s\n", results_file_name(&out), errs.path, strerror(errno), errs.tmp);
+        free(errs.tmp);
+        errs.tmp = NULL;
+        goto done;
+    }
+    free(errs.tmp);
+    errs.tmp = NULL;
+    /* the summary never goes into the outputs */
+    fprintf(!strcmp(out.path, "-") || (errs.path && !strcmp(errs.path, "-")) ? stderr : stdout,
+            "batch %s: %zu final -> %s, %zu escalated -> %s\n", batch, ctx.finals, results_file_name(&out),
+            ctx.escalations, errs.path ? results_file_name(&errs) : "not written (give --errors FILE)");
     size_t unfinished = ctx.running + ctx.missing + ctx.other_batch;
     if (ctx.running + ctx.missing) {
         fprintf(stderr, "retort results: %zu of %zu job(s) not finished yet (%zu running or retrying, %zu not "
@@ -486,15 +564,9 @@ static int cmd_results(int argc, char **argv) {
                         "batch, no line\n", not_sent);
     rc = unfinished ? BATCH_EXIT_NO : BATCH_EXIT_OK;
 done:
-    if (ctx.out) fclose(ctx.out);
-    if (ctx.errs) fclose(ctx.errs);
-    if (rc == BATCH_EXIT_USAGE) {
-        if (out_tmp) unlink(out_tmp);
-        if (errs_tmp) unlink(errs_tmp);
-    }
-    free(out_tmp);
-    free(errs_tmp);
-    free(errs_path);
+    results_file_drop(&out);
+    results_file_drop(&errs);
+    free(errs_default);
     batch_util_ids_clear(&ids);
     if (c) redisFree(c);
     config_free(cfg);

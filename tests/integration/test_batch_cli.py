@@ -1382,3 +1382,74 @@ def test_status_takes_its_options_anywhere(stack):
                        (["--bogus", "st-any"], "unknown option '--bogus'")):
         p = subprocess.run([RETORT, "status"] + args, capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and said in p.stderr, (args, p.returncode, p.stderr)
+
+
+def test_results_to_standard_output(stack):
+    """'-' for the output or the errors file is standard output, the
+    summary then goes to stderr, and with -o - alone escalated jobs are
+    counted, not written.  Before, -o - wrote a file named '-' (and
+    '-.errors.jsonl') in the working directory."""
+    r = stack.redis_client()
+    r.hset("retort:batch:{so}", mapping={"total": 3, "created": 1})
+    r.rpush("retort:batch:{so}:jobs", "so-1", "so-2", "so-3")
+    for j, status, rec in (("so-1", "final", {"attempt": 1, "value": {"name": "a"}}),
+                           ("so-2", "escalated", {"attempt": 3, "reason": "3 attempts", "category": "invalid",
+                                                  "violations": [{"code": "TYPE"}]}),
+                           ("so-3", "final", {"attempt": 2, "value": {"name": "c"}})):
+        r.hset("retort:job:{%s}" % j, mapping={"status": status, "attempt": rec["attempt"], "batch_id": "so"})
+        r.rpush("retort:job:{%s}:history" % j, json.dumps(rec))
+    finals = [{"job_id": "so-1", "output": {"name": "a"}, "attempts": 1},
+              {"job_id": "so-3", "output": {"name": "c"}, "attempts": 2}]
+    escs = [{"job_id": "so-2", "reason": "3 attempts", "category": "invalid", "attempts": 3,
+             "violations": [{"code": "TYPE"}]}]
+    cwd = os.path.join(stack.dir, "cwd")
+    os.mkdir(cwd)
+
+    p = retort(stack, "results", "so", "-o", "-", cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(l) for l in p.stdout.splitlines()] == finals
+    assert "batch so: 2 final -> standard output, 1 escalated -> not written (give --errors FILE)" in p.stderr
+    assert os.listdir(cwd) == []
+
+    errs = os.path.join(stack.dir, "so.errors.jsonl")
+    p = retort(stack, "results", "so", "-o", "-", "--errors", errs, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(l) for l in p.stdout.splitlines()] == finals
+    assert [json.loads(l) for l in open(errs)] == escs
+    assert "batch so: 2 final -> standard output, 1 escalated -> %s" % errs in p.stderr
+
+    out = os.path.join(stack.dir, "so.jsonl")
+    p = retort(stack, "results", "so", "-o", out, "--errors", "-", cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(l) for l in p.stdout.splitlines()] == escs
+    assert [json.loads(l) for l in open(out)] == finals
+    assert os.listdir(cwd) == []
+
+    p = retort(stack, "results", "so", "-o", "-", "--errors", "-", cwd=cwd)
+    assert p.returncode == 2 and "the errors file must differ from the output file" in p.stderr
+    assert p.stdout == ""
+
+
+def test_results_errors_file_a_directory(stack):
+    """An errors file that is a directory is refused before anything is
+    written: the output stays as it was and nothing is left beside it.
+    Before, the output was replaced, the errors' rename failed with a
+    message naming the output, and the escalated jobs' lines were lost."""
+    r = stack.redis_client()
+    r.hset("retort:batch:{sd}", mapping={"total": 1, "created": 1})
+    r.rpush("retort:batch:{sd}:jobs", "sd-1")
+    r.hset("retort:job:{sd-1}", mapping={"status": "final", "attempt": 1, "batch_id": "sd"})
+    r.rpush("retort:job:{sd-1}:history", json.dumps({"attempt": 1, "value": {"name": "a"}}))
+    d = os.path.join(stack.dir, "sd")
+    os.mkdir(d)
+    out = os.path.join(d, "out.jsonl")
+    with open(out, "w") as f:
+        f.write("earlier\n")
+    errdir = os.path.join(d, "errs")
+    os.mkdir(errdir)
+    for args in (["-o", out, "--errors", errdir], ["-o", errdir]):
+        p = retort(stack, "results", "sd", *args)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "retort results: %s is a directory" % errdir in p.stderr, (args, p.stderr)
+        assert open(out).read() == "earlier\n"
+        assert sorted(os.listdir(d)) == ["errs", "out.jsonl"] and os.listdir(errdir) == []
