@@ -62,6 +62,8 @@ static const cfg_def cfg_defs[] = {
     I("llm.max_transient_retries", "4", 0, 100, "retries in place of one attempt after timeouts, network errors, 429 and 5xx"),
     I("llm.backoff_base_ms", "500", 1, 600000, "first backoff of a transient retry (doubles, with jitter)"),
     I("llm.backoff_max_ms", "30000", 1, 3600000, "cap on one backoff, Retry-After included"),
+    E("llm.on_account_error", "escalate", "escalate|pause", "a call refused for the account, not the job (a spent quota or credit, a refused API key: categories quota and auth): escalate the job, or pause: hold that model's calls, try one every llm.account_pause_ms, and go on once one goes through (jobs wait with their attempts unspent; a job's deadline still ends it)"),
+    I("llm.account_pause_ms", "60000", 1000, 3600000, "with llm.on_account_error=pause, how long a model's calls are held before one tries the account again"),
     B("llm.aimd", "true", "halve a model's concurrency limit on its 429s (at most once a second), grow it by one per round of successes"),
     I("ratelimit.rpm", "0", 0, 100000000, "requests per minute to llm.base_url for each model (a job's own, or llm.model), shared by every worker through Redis (0: none); ratelimit.<model>.rpm sets one model's"),
     I("ratelimit.tpm", "0", 0, 1000000000, "tokens per minute, likewise (estimated before a call, settled after); ratelimit.<model>.tpm sets one model's"),

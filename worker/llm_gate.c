@@ -10,6 +10,7 @@ struct llm_gate_lane {
     size_t active, waiting;
     double limit;
     uint64_t paused_until_ms, last_decrease_ms;
+    int held;                   /* llm_gate_hold: one call at a time until a 2xx */
 };
 
 struct llm_gate {
@@ -85,6 +86,25 @@ int llm_gate_push(llm_gate *g, const char *model, llm_gate_node *n) {
     return 0;
 }
 
+int llm_gate_cancel(llm_gate *g, llm_gate_node *n) {
+    (void)g;
+    llm_gate_lane *l = n->lane;
+    if (!l) return -1;
+    llm_gate_node *prev = NULL, *it = l->head;
+    while (it && it != n) {
+        prev = it;
+        it = it->next;
+    }
+    if (!it) return -1; /* running, not waiting */
+    if (prev) prev->next = n->next;
+    else l->head = n->next;
+    if (l->tail == n) l->tail = prev;
+    l->waiting--;
+    n->next = NULL;
+    n->lane = NULL;
+    return 0;
+}
+
 uint64_t llm_gate_pump(llm_gate *g, uint64_t now_ms) {
     if (g->pumping) {
         /* from a start callback: the outer pump takes another round */
@@ -106,6 +126,7 @@ uint64_t llm_gate_pump(llm_gate *g, uint64_t now_ms) {
                 if (!l->head) continue;
                 if (l->paused_until_ms > now_ms) continue;
                 if ((double)l->active >= l->limit) continue;
+                if (l->held && l->active) continue; /* the one probe is out */
                 llm_gate_node *node = l->head;
                 l->head = node->next;
                 if (!l->head) l->tail = NULL;
@@ -150,12 +171,26 @@ int llm_gate_leave(llm_gate *g, llm_gate_node *n, long status, long retry_after_
             uint64_t until = now_ms + (uint64_t)ms;
             if (until > l->paused_until_ms) l->paused_until_ms = until;
         }
+    } else if (status >= 200 && status < 300 && l->held) {
+        l->held = 0; /* the account works again: the lane as it was */
     } else if (status >= 200 && status < 300 && l->limit < (double)g->max_inflight) {
         l->limit += 1.0 / l->limit;
         if (l->limit > (double)g->max_inflight) l->limit = (double)g->max_inflight;
     }
     return lowered;
 }
+
+int llm_gate_hold(llm_gate *g, llm_gate_node *n, uint64_t until_ms) {
+    (void)g;
+    llm_gate_lane *l = n->lane;
+    if (!l) return 0;
+    int was = l->held;
+    l->held = 1;
+    if (until_ms > l->paused_until_ms) l->paused_until_ms = until_ms;
+    return !was;
+}
+
+int llm_gate_held(const llm_gate_node *n) { return n->lane ? n->lane->held : 0; }
 
 size_t llm_gate_active(const llm_gate *g) { return g->active; }
 
@@ -168,4 +203,5 @@ void llm_gate_lane_get(const llm_gate *g, size_t i, llm_gate_lane_info *out) {
     out->waiting = l->waiting;
     out->limit = l->limit;
     out->paused_until_ms = l->paused_until_ms;
+    out->held = l->held;
 }

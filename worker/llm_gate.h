@@ -47,6 +47,11 @@ void llm_gate_free(llm_gate *g);
  * memory, when n is not queued. */
 int llm_gate_push(llm_gate *g, const char *model, llm_gate_node *n);
 
+/* Takes n out of its lane's queue before it starts (a job that ends
+ * while it waits); n is then in no lane.  0 = ok; -1 when n is not
+ * waiting (started, or never queued).  O(calls waiting in the lane). */
+int llm_gate_cancel(llm_gate *g, llm_gate_node *n);
+
 /* Starts waiting calls while their lanes' limits, pauses and the process
  * bound allow.  Returns the ms until the earliest pause of a lane with
  * waiting calls ends (then pump again), 0 when none is waiting on one. */
@@ -58,6 +63,17 @@ uint64_t llm_gate_pump(llm_gate *g, uint64_t now_ms);
 int llm_gate_leave(llm_gate *g, llm_gate_node *n, long status, long retry_after_ms, uint64_t now_ms,
                    double *before, double *after);
 
+/* n's call (not yet left) found the account refused (a spent quota, a
+ * refused key): n's lane pauses until until_ms, then lets one call
+ * through at a time (the probe) until one of its calls leaves with a 2xx,
+ * when the lane goes on as before the hold (its limit unchanged).  Calls
+ * already running finish as they will; each refused one may hold again.
+ * Returns 1 when the lane was not held before, else 0. */
+int llm_gate_hold(llm_gate *g, llm_gate_node *n, uint64_t until_ms);
+
+/* Whether n's lane is held (n queued or running; 0 when n is in no lane). */
+int llm_gate_held(const llm_gate_node *n);
+
 /* Calls in flight, in all lanes. */
 size_t llm_gate_active(const llm_gate *g);
 
@@ -68,6 +84,7 @@ typedef struct llm_gate_lane_info {
     size_t active, waiting;
     double limit;
     uint64_t paused_until_ms;   /* 0: never paused */
+    int held;                   /* llm_gate_hold, until a call goes through */
 } llm_gate_lane_info;
 
 size_t llm_gate_lanes(const llm_gate *g);

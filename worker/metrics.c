@@ -95,9 +95,13 @@ void metrics_render(const metrics *m, sbuf *b) {
                    "# TYPE retort_local_retries_total counter\nretort_local_retries_total %llu\n"
                    "# HELP retort_records_lost_total Jobs Redis holds as decided whose outcome event may not have "
                    "been delivered, and whose attempt records, to make it again from, are gone (evicted?).\n"
-                   "# TYPE retort_records_lost_total counter\nretort_records_lost_total %llu\n",
+                   "# TYPE retort_records_lost_total counter\nretort_records_lost_total %llu\n"
+                   "# HELP retort_llm_account_holds_total Calls refused for the account (a spent quota, a refused "
+                   "key) whose jobs went back to wait for it (llm.on_account_error=pause).\n"
+                   "# TYPE retort_llm_account_holds_total counter\nretort_llm_account_holds_total %llu\n",
                 (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers,
-                (unsigned long long)m->local_retries, (unsigned long long)m->records_lost);
+                (unsigned long long)m->local_retries, (unsigned long long)m->records_lost,
+                (unsigned long long)m->account_holds);
     sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
     for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++) {
         /* Codes are checked where they are made (rules, plugins); escaped
@@ -149,7 +153,7 @@ void metrics_render(const metrics *m, sbuf *b) {
 }
 
 /* One gauge over the gate's lanes: which says the field (0 limit,
- * 1 pause left, 2 waiting). */
+ * 1 pause left, 2 waiting, 3 held). */
 static void lane_gauge(const llm_gate *g, uint64_t now_ms, const char *name, const char *help, int which,
                        sbuf *b) {
     llm_gate_lane_info info;
@@ -158,7 +162,8 @@ static void lane_gauge(const llm_gate *g, uint64_t now_ms, const char *name, con
         llm_gate_lane_get(g, i, &info);
         double v = which == 0   ? info.limit
                    : which == 1 ? (info.paused_until_ms > now_ms ? (double)(info.paused_until_ms - now_ms) / 1000.0 : 0)
-                                : (double)info.waiting;
+                   : which == 2 ? (double)info.waiting
+                                : (double)info.held;
         sbuf_printf(b, "%s{model=\"", name);
         label_value(b, info.model);
         sbuf_printf(b, "\"} %g\n", v);
@@ -169,6 +174,9 @@ void metrics_render_llm_lanes(const llm_gate *g, uint64_t now_ms, sbuf *b) {
     lane_gauge(g, now_ms, "retort_llm_concurrency_limit",
                "Calls a model may have in flight now: llm.max_inflight, halved on 429s and grown back on "
                "successes (llm.aimd); model \"\" is the lane the models past 64 share.", 0, b);
-    lane_gauge(g, now_ms, "retort_llm_paused_seconds", "How long a model's calls still wait out a Retry-After.", 1, b);
+    lane_gauge(g, now_ms, "retort_llm_paused_seconds",
+               "How long a model's calls still wait out a Retry-After, or an account hold's pause.", 1, b);
     lane_gauge(g, now_ms, "retort_llm_waiting_calls", "Calls waiting at the gate, by model.", 2, b);
+    lane_gauge(g, now_ms, "retort_llm_held", "1 while a model's calls are held for a refused account (a spent "
+               "quota, a refused key: llm.on_account_error=pause), one at a time until one goes through.", 3, b);
 }

@@ -241,6 +241,7 @@ struct worker {
     int max_tokens;
     int prompt_cache;        /* llm.prompt_cache (Anthropic) */
     int max_transient;
+    long account_pause; /* llm.on_account_error=pause: llm.account_pause_ms; 0: escalate */
     long backoff_base, backoff_max;
     int default_max_attempts, max_attempts_ceiling;
     size_t prev_output_cap;
@@ -1353,6 +1354,25 @@ static void rate_settle(wjob *j, long used, int learn) {
     }
 }
 
+static void call_llm(wjob *j);
+
+/* A call the account refused, under llm.on_account_error=pause: the
+ * model's lane is held (one call a pause tries the account, llm_gate.h)
+ * and the job goes back to wait at the gate, its attempt and its
+ * transient retries unspent.  Its deadline still ends it (submit_now). */
+static void account_hold(wjob *j) {
+    worker *w = j->w;
+    if (llm_gate_hold(w->gate, &j->gate_node, util_mono_ms() + (uint64_t)w->account_pause))
+        log_warn(j->job.job_id, j->job.attempt,
+                 "model %s: %s (%s): its calls are held, one tried every %ld ms until one goes through "
+                 "(llm.on_account_error=pause)", j->model,
+                 j->cat == DECIDE_CAT_QUOTA ? "the account's quota or credit is spent" : "the API key is refused",
+                 j->error, w->account_pause);
+    w->m.account_holds++;
+    gate_leave(j, 0, -1);
+    call_llm(j);
+}
+
 static void on_llm_done(void *ud, const llm_response *resp) {
     wjob *j = ud;
     worker *w = j->w;
@@ -1399,6 +1419,13 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         res.text = NULL;
         util_concat(j->error, sizeof(j->error), res.error, (char *)NULL);
         llm_api_result_clear(&res);
+    }
+    /* The account refused (a spent quota, a refused key), not the job:
+     * with llm.on_account_error=pause the job waits for the account. */
+    if (w->account_pause && (j->cat == DECIDE_CAT_QUOTA || j->cat == DECIDE_CAT_AUTH) &&
+        !(resp->status && resp->should_retry == 1)) {
+        account_hold(j);
+        return;
     }
     /* A spent quota's 429 is no rate limit: the model's lane learns
      * nothing from it (neither halved nor paused). */
@@ -1457,19 +1484,24 @@ static void call_failed(wjob *j, const char *why) {
     on_llm_done(j, &resp);
 }
 
+/* The job's deadline passed before its call: no call (it would be paid
+ * for and its answer come out as final); its rate estimate goes back. */
+static void deadline_before_call(wjob *j) {
+    free(j->body);
+    j->body = NULL;
+    rate_settle(j, 0, 0);
+    j->cat = DECIDE_CAT_BUDGET;
+    util_concat(j->error, sizeof(j->error), "deadline passed", (char *)NULL);
+    conclude(j, -1, -1);
+}
+
 static void submit_now(wjob *j) {
     worker *w = j->w;
-    /* The deadline again: a wait at the gate (a lane's Retry-After pause)
-     * or for rate tokens can take a job past it, and the call would be
-     * paid for and its answer come out as final. */
+    /* The deadline again: the wait for rate tokens can take a job past it
+     * (the gate's own wait has its timer, gate_enter). */
     if (j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms) {
-        free(j->body);
-        j->body = NULL;
-        rate_settle(j, 0, 0);
         gate_leave(j, 0, -1);
-        j->cat = DECIDE_CAT_BUDGET;
-        util_concat(j->error, sizeof(j->error), "deadline passed", (char *)NULL);
-        conclude(j, -1, -1);
+        deadline_before_call(j);
         return;
     }
     char *body = j->body;
@@ -1618,8 +1650,19 @@ static void gate_pump(worker *w) {
 static void gate_start(llm_gate_node *n, void *ud) {
     (void)ud;
     wjob *j = (wjob *)((char *)n - offsetof(wjob, gate_node));
+    if (j->job.deadline_ms > 0) uv_timer_stop(&j->timer); /* gate_deadline_cb */
     rate_left_gate(j);
     submit_now(j);
+}
+
+/* A job's deadline came while it waited at the gate (its lane paused by a
+ * Retry-After, held for the account, or at its limit behind a backlog):
+ * it ends now, as budget, not when the gate would have let it through. */
+static void gate_deadline_cb(uv_timer_t *t) {
+    wjob *j = t->data;
+    if (llm_gate_cancel(j->w->gate, &j->gate_node)) return; /* started: gate_start stops this timer */
+    rate_left_gate(j);
+    deadline_before_call(j);
 }
 
 /* Into the gate (after the shared rate limits, when there are any): a job
@@ -1633,6 +1676,10 @@ static void gate_enter(wjob *j) {
         call_failed(j, "out of memory at the LLM gate");
         return;
     }
+    if (j->job.deadline_ms > 0) {
+        int64_t left = j->job.deadline_ms - util_wall_ms();
+        uv_timer_start(&j->timer, gate_deadline_cb, left > 0 ? (uint64_t)left : 0, 0);
+    }
     gate_pump(w);
 }
 
@@ -1641,9 +1688,11 @@ static void gate_enter(wjob *j) {
 static void gate_leave(wjob *j, long status, long retry_after_ms) {
     worker *w = j->w;
     double before = 0, after = 0;
+    int held = status >= 200 && status < 300 && llm_gate_held(&j->gate_node);
     if (llm_gate_leave(w->gate, &j->gate_node, status, retry_after_ms, util_mono_ms(), &before, &after))
         log_warn(j->job.job_id, j->job.attempt, "rate limited (429) on model %s: concurrency limit %.0f -> %.0f",
                  j->model, before, after);
+    if (held) log_info(j->job.job_id, j->job.attempt, "model %s: answered again: its held calls go on", j->model);
     gate_pump(w);
 }
 
@@ -1701,6 +1750,14 @@ static void job_abandon(wjob *j) {
  * drain for its whole timeout. */
 static int may_abandon(const wjob *j) {
     return (j->stage == STAGE_WAIT || j->stage == STAGE_BEGIN) && uv_is_active((const uv_handle_t *)&j->timer);
+}
+
+/* A job waiting at the gate of a lane held for the account
+ * (llm.on_account_error=pause) may wait for hours: while stopping it goes
+ * too, uncommitted, rather than hold the drain for its whole timeout.  It
+ * has no call running (j->call), but its node is in a lane. */
+static int held_at_gate(const wjob *j) {
+    return j->stage == STAGE_LLM && !j->call && llm_gate_held(&j->gate_node);
 }
 
 static void begin_retry_timer(uv_timer_t *t) {
@@ -2222,13 +2279,24 @@ static void on_signal(uv_signal_t *s, int signum) {
      * again, hold nothing: they go now (uncommitted).  One reading a lease
      * goes when the reply comes. */
     size_t nwait = 0;
-    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j);
+    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || held_at_gate(j);
     wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
     nwait = 0;
     for (wjob *j = w->jobs; j && waiting; j = j->next)
-        if (may_abandon(j)) waiting[nwait++] = j;
+        if (may_abandon(j) || held_at_gate(j)) waiting[nwait++] = j;
     /* (a waiting job is never another's parked duplicate) */
-    for (size_t i = 0; i < nwait; i++) job_abandon(waiting[i]);
+    for (size_t i = 0; i < nwait; i++) {
+        wjob *j = waiting[i];
+        if (j->stage == STAGE_LLM) {
+            if (llm_gate_cancel(w->gate, &j->gate_node)) continue; /* not waiting after all */
+            /* its claim lapses with this process's lease: whoever reads
+             * the message next takes the attempt over */
+            uv_timer_stop(&j->timer);
+            rate_settle(j, 0, 0);
+            rate_left_gate(j);
+        }
+        job_abandon(j);
+    }
     free(waiting);
     kafka_io_stop_consuming(w->kio);
     /* Parked duplicates are not started anymore: they hold no LLM call. */
@@ -2440,6 +2508,8 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     w->max_tokens = (int)config_get_int(cfg, "llm.max_tokens");
     w->prompt_cache = config_get_bool(cfg, "llm.prompt_cache");
     w->max_transient = (int)config_get_int(cfg, "llm.max_transient_retries");
+    if (!strcmp(config_get(cfg, "llm.on_account_error"), "pause"))
+        w->account_pause = (long)config_get_int(cfg, "llm.account_pause_ms");
     w->backoff_base = (long)config_get_int(cfg, "llm.backoff_base_ms");
     w->backoff_max = (long)config_get_int(cfg, "llm.backoff_max_ms");
     w->default_max_attempts = (int)config_get_int(cfg, "retry.max_attempts");

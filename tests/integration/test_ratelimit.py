@@ -1,15 +1,17 @@
 """Shared rate limits (token buckets in Redis, across worker processes) and
 AIMD concurrency on 429."""
 import datetime
+import http.server
 import json
 import os
 import signal
 import statistics
 import subprocess
+import threading
 import time
 import uuid
 
-from stack import free_port, job, scrape_metrics, wait_metrics
+from stack import chat_completion, free_port, job, scrape_metrics, send_json, settle_metrics, wait_metrics
 
 
 def test_rpm_is_shared_by_all_processes(stack):
@@ -417,3 +419,121 @@ def test_a_call_let_through_on_a_redis_error_takes_what_it_used(stack):
     t = float(r.hget(key, "t"))
     assert t <= tpm / 60 - min(used), (t, used)
     assert stack.stop_worker(w) == 0
+
+
+def test_a_refused_account_holds_its_model_under_pause(stack):
+    """llm.on_account_error=pause: a spent quota (OpenAI's 429
+    insufficient_quota), then a refused key (401), hold the model's calls
+    instead of escalating every job.  While the account is refused the
+    worker tries one call a pause (here 1 s), not one a job; once one goes
+    through every held job is called and ends final at attempt 1.  A held
+    job whose deadline passes escalates as budget, without a call after
+    it, and a stop lets the held jobs go at once, for the next worker.
+    Before, the option did not exist (the worker refused to start), and
+    each job escalated at its first call."""
+    mode = {"v": "quota"}
+    calls = []  # (time, job id, what was answered)
+
+    class Account(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            m = mode["v"]
+            calls.append((time.monotonic(), self.headers["X-Retort-Job-Id"], m))
+            if m == "quota":
+                send_json(self, 429, {"error": {
+                    "message": "You exceeded your current quota, please check your plan and billing details.",
+                    "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}},
+                    headers=[("Retry-After", "20")])
+            elif m == "auth":
+                send_json(self, 401, {"error": {"message": "Incorrect API key provided.",
+                                                "type": "invalid_request_error", "code": "invalid_api_key"}})
+            else:
+                send_json(self, 200, chat_completion(json.dumps({"name": "x"})))
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Account)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = free_port()
+        w = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+                               "--set", "llm.on_account_error=pause", "--set", "llm.account_pause_ms=1000",
+                               "--set", "llm.max_inflight=16", "--set", "metrics.port=%d" % port,
+                               "--set", "metrics.host=127.0.0.1")
+        wait_metrics(port, w)
+        tag = uuid.uuid4().hex[:6]
+        schema = {"type": "object", "required": ["name"]}
+        ids = ["acct-%s-%d" % (tag, i) for i in range(10)]
+        late = "acct-%s-deadline" % tag
+        deadline = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=4)).isoformat()
+        stack.produce_jobs([job(j, schema=schema) for j in ids] + [job(late, schema=schema, deadline=deadline)])
+
+        def wait_for(cond, timeout=30):
+            end = time.time() + timeout
+            while not cond():
+                assert time.time() < end, calls
+                time.sleep(0.05)
+
+        wait_for(lambda: {c[1] for c in calls} >= set(ids + [late]))  # every job called once
+        t0 = time.monotonic()
+        time.sleep(6)
+        window = [c for c in calls if c[0] > t0 + 0.5]
+        # one try a pause (1 s) at most, where each job's retries would be 11 calls in a burst
+        assert 2 <= len(window) <= 7, [(round(c[0] - t0, 2), c[1]) for c in calls]
+        samples = scrape_metrics(port)[0]
+        model = next(lab for name, lab in samples if name == "retort_llm_held")
+        assert samples[("retort_llm_held", model)] == 1
+        assert samples[("retort_llm_account_holds_total", ())] >= 11
+        # the deadline job ended as budget, held; the others wait
+        escs = [m["value"] for m in stack.consume("retort.escalations") if m["value"]["job_id"] in ids + [late]]
+        assert [(e["job_id"], e["category"]) for e in escs] == [(late, "budget")], escs
+        assert not [c for c in calls if c[1] == late and c[0] > t0 + 4.5]
+        assert not [m for m in stack.consume("retort.final") if m["value"]["job_id"] in ids]
+
+        mode["v"] = "ok"
+        stack.wait_outcomes(ids, timeout=30)
+        finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] in ids]
+        assert sorted(f["job_id"] for f in finals) == sorted(ids)
+        assert all(f["attempts"] == 1 for f in finals), finals
+        samples = settle_metrics(port, lambda m: m.get(("retort_llm_held", model)) == 0)[0]
+        assert samples[("retort_llm_held", model)] == 0
+
+        # a refused key holds the same way, and the same answer frees it
+        mode["v"] = "auth"
+        keyed = ["acct-key-%s-%d" % (tag, i) for i in range(3)]
+        n0 = len(calls)
+        stack.produce_jobs([job(j, schema=schema) for j in keyed])
+        wait_for(lambda: any(c[1] in keyed for c in calls[n0:]))
+        time.sleep(2.5)
+        assert scrape_metrics(port)[0][("retort_llm_held", model)] == 1
+        assert not [m for m in stack.consume("retort.final") + stack.consume("retort.escalations")
+                    if m["value"]["job_id"] in keyed]
+        mode["v"] = "ok"
+        stack.wait_outcomes(keyed, timeout=30)
+        finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] in keyed]
+        assert sorted(f["job_id"] for f in finals) == sorted(keyed) and all(f["attempts"] == 1 for f in finals)
+
+        # a stop while held: the held jobs go at once, uncommitted, rather
+        # than hold the drain for its 30 s; the next worker ends them
+        mode["v"] = "quota"
+        parked = ["acct-stop-%s-%d" % (tag, i) for i in range(3)]
+        n0 = len(calls)
+        stack.produce_jobs([job(j, schema=schema) for j in parked])
+        wait_for(lambda: {c[1] for c in calls[n0:]} >= set(parked))
+        assert stack.stop_worker(w, timeout=20) == 0
+        log = stack.worker_log(w.name)
+        assert "drain timeout" not in log and "; 0 jobs unfinished" in log, log
+        assert log.count("the account's quota or credit is spent") == 2, log
+        assert log.count("the API key is refused") == 1, log
+        assert log.count("answered again: its held calls go on") == 2, log
+        assert "concurrency limit" not in log  # the quota's 429s are no rate limit
+        mode["v"] = "ok"
+        w2 = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+                                "--set", "llm.on_account_error=pause")
+        stack.wait_outcomes(parked, timeout=60)
+        finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] in parked]
+        assert sorted(f["job_id"] for f in finals) == sorted(parked) and all(f["attempts"] == 1 for f in finals)
+        assert stack.stop_worker(w2) == 0
+    finally:
+        srv.shutdown()

@@ -1237,7 +1237,8 @@ def test_no_call_is_made_past_the_deadline_after_a_wait(stack):
     that come before a call: a transient failure's backoff (here a 429's
     Retry-After of 6 s, past a deadline 2.5 s away) and the model's lane
     paused by it.  The call after the wait was paid for and its answer
-    came out final."""
+    came out final.  A job waiting at the gate ends at its deadline, not
+    when the gate lets it through."""
     w = stack.start_worker("--set", "llm.backoff_max_ms=6000")   # the stack's 2 s cap would end the waits early
     stack.wait_log(w.name, "assigned")     # the group's first join takes 3 s
     a, b = uid("late-backoff"), uid("late-gate")
@@ -1247,11 +1248,16 @@ def test_no_call_is_made_past_the_deadline_after_a_wait(stack):
     # pause, which a's Retry-After set, sent right after it
     stack.produce_jobs([job(a, directive="http=429 times=1 retry_after=6", deadline=deadline)])
     wait_called(stack, a, 1)
+    called = time.time()  # the lane's pause ends 6 s after a's call, at most this + 6
     stack.produce_jobs([job(b, deadline=deadline)])
     stack.wait_outcomes([a, b])
     escs = {m["value"]["job_id"]: m["value"] for m in stack.consume("retort.escalations")}
     assert escs[a]["category"] == "budget" and "deadline passed on attempt 1" in escs[a]["reason"], escs.get(a)
     assert escs[b]["category"] == "budget" and "deadline passed" in escs[b]["reason"], escs.get(b)
+    # b ended at its deadline, while the lane was still paused, not when
+    # the gate would have let it through (the pause's end, 3.5 s later)
+    ended = datetime.datetime.fromisoformat(escs[b]["finished_at"].replace("Z", "+00:00")).timestamp()
+    assert ended < called + 5, (ended - soon.timestamp(), called + 6 - ended)
     calls = stack.llm_stats()["calls"]
     assert calls.get("%s:1" % a) == 1 and "%s:1" % b not in calls, calls
     assert not [m for m in stack.consume("retort.final") if m["value"]["job_id"] in (a, b)]

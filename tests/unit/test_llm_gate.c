@@ -61,15 +61,18 @@ static size_t started(const call *c, size_t n) {
     return k;
 }
 
-static double lane_limit(const llm_gate *g, const char *model) {
-    llm_gate_lane_info info;
+/* model's lane as llm_gate_lane_get gives it */
+static llm_gate_lane_info lane_info(const llm_gate *g, const char *model) {
+    llm_gate_lane_info info = {0};
     for (size_t i = 0; i < llm_gate_lanes(g); i++) {
         llm_gate_lane_get(g, i, &info);
-        if (!strcmp(info.model, model)) return info.limit;
+        if (!strcmp(info.model, model)) return info;
     }
     fail_msg("no lane %s", model);
-    return -1;
+    return info;
 }
+
+static double lane_limit(const llm_gate *g, const char *model) { return lane_info(g, model).limit; }
 
 /* The process bound holds whatever the lanes allow, and calls start in
  * the order they came within a lane. */
@@ -201,6 +204,105 @@ static void test_retry_after_pauses_that_model_only(void **state) {
     llm_gate_free(g);
 }
 
+static int lane_held(const llm_gate *g, const char *model) { return lane_info(g, model).held; }
+
+/* c's call refused for the account, as the worker takes it: the lane
+ * held until until_ms, the call left, its job back at the gate.  Returns
+ * llm_gate_hold's answer. */
+static int refused(llm_gate *g, call *c, uint64_t until_ms, uint64_t now_ms) {
+    int first = llm_gate_hold(g, &c->node, until_ms);
+    llm_gate_leave(g, &c->node, 0, -1, now_ms, NULL, NULL);
+    assert_int_equal(llm_gate_push(g, c->model, &c->node), 0);
+    return first;
+}
+
+/* A refused account (llm_gate_hold) pauses its model's lane, then lets one
+ * call through at a time until one is answered with a 2xx: a spent quota
+ * costs one call a pause, not one a job.  Another model's lane goes on,
+ * and the held lane's limit is what it was. */
+static void test_a_held_lane_probes_one_call_until_one_goes_through(void **state) {
+    (void)state;
+    rec r;
+    call a[4], b[2];
+    llm_gate *g = gate(&r, 8, 1);
+    push(g, a, 4, "model-a");
+    push(g, b, 1, "model-b");
+    llm_gate_pump(g, 0);
+    assert_int_equal(started(a, 4) + started(b, 1), 5);
+    /* two of a's calls come back refused; the first holds the lane */
+    assert_int_equal(refused(g, &a[0], 1100, 100), 1);
+    assert_int_equal(refused(g, &a[1], 1150, 150), 0);
+    assert_int_equal(lane_held(g, "model-a"), 1);
+    push(g, b + 1, 1, "model-b");
+    assert_int_equal(llm_gate_pump(g, 200), 950); /* back when the hold's pause ends */
+    assert_int_equal(started(b, 2), 2);           /* the other model goes on */
+    assert_int_equal(started(a, 2), 2);           /* a's did not start again */
+    /* the two still running are refused too, later: the pause reaches on */
+    assert_int_equal(refused(g, &a[2], 1300, 300), 0);
+    llm_gate_leave(g, &a[3].node, 500, -1, 300, NULL, NULL); /* a 5xx proves nothing */
+    assert_int_equal(llm_gate_push(g, "model-a", &a[3].node), 0);
+    assert_int_equal(llm_gate_pump(g, 1299), 1);
+    assert_int_equal(started(a, 4), 4);
+    /* the pause over: one call, the probe, and no other while it runs */
+    llm_gate_pump(g, 1300);
+    assert_int_equal(started(a, 4), 5);
+    assert_int_equal(a[0].started, 2);
+    assert_int_equal(llm_gate_pump(g, 5000), 0);
+    assert_int_equal(started(a, 4), 5);
+    /* refused: held again, one more pause, one more probe */
+    assert_int_equal(refused(g, &a[0], 6000, 5000), 0);
+    assert_int_equal(llm_gate_pump(g, 5000), 1000);
+    assert_int_equal(started(a, 4), 5);
+    llm_gate_pump(g, 6000);
+    assert_int_equal(started(a, 4), 6);
+    assert_int_equal(a[1].started, 2);
+    /* answered: the lane goes on as before, every waiting call at once */
+    llm_gate_leave(g, &a[1].node, 200, -1, 6100, NULL, NULL);
+    assert_int_equal(lane_held(g, "model-a"), 0);
+    assert_int_equal(llm_gate_pump(g, 6100), 0);
+    assert_int_equal(started(a, 4), 9);
+    assert_true(lane_limit(g, "model-a") == 8.0);
+    for (int i = 0; i < 4; i++)
+        if (i != 1) llm_gate_leave(g, &a[i].node, 200, -1, 6200, NULL, NULL);
+    llm_gate_leave(g, &b[0].node, 200, -1, 6200, NULL, NULL);
+    llm_gate_leave(g, &b[1].node, 200, -1, 6200, NULL, NULL);
+    assert_int_equal(llm_gate_active(g), 0);
+    llm_gate_free(g);
+}
+
+/* A waiting call taken out (its job ended while it waited) never starts,
+ * from any place in its lane's queue; the rest start in their order.  A
+ * started call, or one taken out already, is no waiting one. */
+static void test_a_waiting_call_can_be_taken_out(void **state) {
+    (void)state;
+    rec r;
+    call a[6];
+    llm_gate *g = gate(&r, 1, 0);
+    push(g, a, 6, "model-a");
+    llm_gate_pump(g, 0);
+    assert_int_equal(started(a, 6), 1);
+    assert_int_equal(llm_gate_cancel(g, &a[0].node), -1); /* running */
+    assert_int_equal(llm_gate_cancel(g, &a[2].node), 0);  /* middle */
+    assert_int_equal(llm_gate_cancel(g, &a[1].node), 0);  /* head */
+    assert_int_equal(llm_gate_cancel(g, &a[5].node), 0);  /* tail */
+    assert_int_equal(llm_gate_cancel(g, &a[5].node), -1); /* gone already */
+    assert_int_equal(lane_info(g, "model-a").waiting, 2);
+    for (int i = 0; i < 3; i++) {
+        llm_gate_leave(g, &r.order[r.n - 1]->node, 200, -1, 0, NULL, NULL);
+        llm_gate_pump(g, 0);
+    }
+    assert_int_equal(r.n, 3);
+    assert_ptr_equal(r.order[1], &a[3]);
+    assert_ptr_equal(r.order[2], &a[4]);
+    /* a call pushed after a taken-out tail queues behind the rest */
+    push(g, a + 1, 1, "model-a");
+    llm_gate_pump(g, 0);
+    assert_int_equal(r.n, 4);
+    assert_ptr_equal(r.order[3], &a[1]);
+    assert_int_equal(a[2].started + a[5].started, 0);
+    llm_gate_free(g);
+}
+
 /* With the process bound reached, lanes take turns: one model's backlog
  * does not hold another's calls back until it has drained. */
 static void test_lanes_take_turns(void **state) {
@@ -277,6 +379,8 @@ int main(void) {
         cmocka_unit_test(test_aimd_halves_on_429_once_a_second_and_grows_back),
         cmocka_unit_test(test_a_lowered_limit_holds_its_lane),
         cmocka_unit_test(test_retry_after_pauses_that_model_only),
+        cmocka_unit_test(test_a_held_lane_probes_one_call_until_one_goes_through),
+        cmocka_unit_test(test_a_waiting_call_can_be_taken_out),
         cmocka_unit_test(test_lanes_take_turns),
         cmocka_unit_test(test_models_past_the_lanes_share_one),
         cmocka_unit_test(test_a_failing_start_does_not_recurse),

@@ -113,11 +113,14 @@ static void test_llm_lanes(void **s)
     (void)s;
     llm_gate *g = llm_gate_new(16, 1, 60000, no_start, NULL);
     assert_non_null(g);
-    llm_gate_node a = { 0 }, q = { 0 }, waiting = { 0 };
+    llm_gate_node a = { 0 }, q = { 0 }, waiting = { 0 }, h = { 0 };
     assert_int_equal(llm_gate_push(g, "gpt-4o", &a), 0);
     assert_int_equal(llm_gate_push(g, "m\"x", &q), 0);
+    assert_int_equal(llm_gate_push(g, "held", &h), 0);
     llm_gate_pump(g, 1000);
     llm_gate_leave(g, &a, 429, 2500, 1000, NULL, NULL);
+    assert_int_equal(llm_gate_hold(g, &h, 61000), 1);
+    llm_gate_leave(g, &h, 0, -1, 1000, NULL, NULL);
     assert_int_equal(llm_gate_push(g, "gpt-4o", &waiting), 0);
     sbuf b = { 0 };
     metrics_render_llm_lanes(g, 1500, &b);
@@ -127,6 +130,9 @@ static void test_llm_lanes(void **s)
     assert_non_null(strstr(b.data, "\nretort_llm_paused_seconds{model=\"m\\\"x\"} 0\n"));
     assert_non_null(strstr(b.data, "\nretort_llm_waiting_calls{model=\"gpt-4o\"} 1\n"));
     assert_non_null(strstr(b.data, "# TYPE retort_llm_concurrency_limit gauge\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_held{model=\"held\"} 1\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_held{model=\"gpt-4o\"} 0\n"));
+    assert_non_null(strstr(b.data, "\nretort_llm_paused_seconds{model=\"held\"} 59.5\n"));
     sbuf_free(&b);
     llm_gate_free(g);
 }
