@@ -1,6 +1,8 @@
 """The local Retort stack for tests, the demo and the benchmark: real
 redis-server, the mock Kafka broker process (librdkafka's mock cluster), the
 mock LLM over HTTP and retort worker processes, all on loopback ports."""
+import contextlib
+import http.server
 import json
 import os
 import random
@@ -11,6 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -174,6 +177,24 @@ def chat_completion(content, prompt_tokens=10, completion_tokens=5):
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}
+
+
+@contextlib.contextmanager
+def own_llm(handler):
+    """Serves a test's own LLM (or webhook) on a loopback port: handler, an
+    http.server.BaseHTTPRequestHandler class, answers each request in a
+    thread of its own, logging nothing.  Yields the base URL,
+    http://127.0.0.1:PORT; on leaving, the server stops and its socket is
+    closed, a request still being answered not waited for."""
+    quiet = type(handler.__name__, (handler,), {"log_message": lambda self, *a: None})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), quiet)
+    srv.block_on_close = False  # server_close would join a handler still running
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d" % srv.server_port
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def _read_line(proc, prefix, timeout=20):

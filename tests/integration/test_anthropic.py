@@ -2,12 +2,11 @@
 import http.server
 import json
 import os
-import threading
 import uuid
 
 import pytest
 
-from stack import REPO, job, send_json
+from stack import REPO, job, own_llm, send_json
 
 # The mock answers 401 to a call without this key in x-api-key; the
 # workers read it from the variable llm.api_key_env names.
@@ -169,13 +168,8 @@ def test_prompt_cache_marks_the_system_prompt(stack):
                                   "usage": {"input_tokens": 900, "output_tokens": 5,
                                             "cache_read_input_tokens": 1200}})
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Capture)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        url = ("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port)
+    with own_llm(Capture) as base:
+        url = ("--set", "llm.base_url=%s/v1" % base)
         schema = {"type": "object", "required": ["a"]}
         for cache in ("true", "false"):
             del bodies[:]
@@ -195,5 +189,3 @@ def test_prompt_cache_marks_the_system_prompt(stack):
             else:
                 assert isinstance(system, str) and "JSON Schema" in system
             assert stack.stop_worker(w) == 0
-    finally:
-        srv.shutdown()

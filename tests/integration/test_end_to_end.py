@@ -4,14 +4,13 @@ import http.server
 import json
 import os
 import signal
-import threading
 import time
 import uuid
 import zlib
 
 import pytest
 
-from stack import REPO, chat_completion, free_port, job, scrape_metrics, send_json
+from stack import REPO, chat_completion, free_port, job, own_llm, scrape_metrics, send_json
 
 
 # A wait's lower bound allows this much: stamps in whole milliseconds, and
@@ -453,9 +452,6 @@ class HugeRetryAfterLLM(http.server.BaseHTTPRequestHandler):
         else:
             send_json(self, 200, chat_completion("{}"))
 
-    def log_message(self, *a):
-        pass
-
 
 @pytest.mark.parametrize("header", [("Retry-After", "1e300"), ("Retry-After", "inf"), ("retry-after-ms", "1e30")])
 def test_a_retry_after_beyond_any_integer_waits_the_longest_backoff(stack, header):
@@ -463,10 +459,8 @@ def test_a_retry_after_beyond_any_integer_waits_the_longest_backoff(stack, heade
     behaviour (UBSan stopped the worker; x86 made it LONG_MIN, and the
     header was ignored).  It is clamped first: llm.backoff_max_ms."""
     HugeRetryAfterLLM.header = header
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HugeRetryAfterLLM)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        w = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+    with own_llm(HugeRetryAfterLLM) as url:
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url,
                                "--set", "llm.backoff_base_ms=10", "--set", "llm.backoff_max_ms=700")
         jid = uid("huge-ra")
         stack.produce_jobs([job(jid, schema={"type": "object"})])
@@ -476,8 +470,6 @@ def test_a_retry_after_beyond_any_integer_waits_the_longest_backoff(stack, heade
         first, second = HugeRetryAfterLLM.arrivals[jid]
         assert second - first >= 0.7 - CLOCK_SLACK_S, second - first
         assert stack.stop_worker(w) == 0
-    finally:
-        srv.shutdown()
 
 
 def test_fenced_and_prose_answers_are_accepted(stack):
@@ -976,14 +968,9 @@ def test_a_stop_with_a_webhook_post_in_flight_frees_it(stack):
             got.append(1)
             time.sleep(20)
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hang)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with own_llm(Hang) as url:
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1")
-        w = stack.start_worker("--set", "escalation.webhook_url=http://127.0.0.1:%d/hook" % srv.server_port,
+        w = stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url,
                                "--set", "worker.drain_timeout_ms=1000", env=env)
         jid = uid("hook-stop")
         stack.produce_jobs([job(jid, directive="defect=refusal")])
@@ -994,8 +981,6 @@ def test_a_stop_with_a_webhook_post_in_flight_frees_it(stack):
         assert got, "the webhook was never called"
         assert stack.stop_worker(w) == 0
         assert "drain timeout" in stack.worker_log(w.name)
-    finally:
-        srv.shutdown()
 
 
 def test_an_inline_schema_over_the_size_limit_is_refused(stack):

@@ -20,8 +20,8 @@ import uuid
 
 import pytest
 
-from stack import (BUILD, Stack, build_preload, chat_completion, failed, free_port, job, jobs_gone, proc_cpu_s,
-                   read_heap, scrape_metrics, send_json, settle_metrics, wait_metrics)
+from stack import (BUILD, Stack, build_preload, chat_completion, failed, free_port, job, jobs_gone, own_llm,
+                   proc_cpu_s, read_heap, scrape_metrics, send_json, settle_metrics, wait_metrics)
 
 
 def uid(prefix):
@@ -1175,21 +1175,16 @@ def test_outcomes_waiting_for_their_delivery_hold_only_their_events(control_stac
             self.rfile.read(int(self.headers["Content-Length"]))
             send_json(self, 200, chat_completion(answer))
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     heap_file = os.path.join(stack.dir, "heap.txt")
 
     def heap():
         """The worker's heap in use, counted after this call began."""
         return read_heap(heap_file)
 
-    try:
+    with own_llm(Big) as url:
         ids = [uid("mem") for _ in range(8)]
         stack.produce_jobs([job(j, schema={"type": "object"}) for j in ids])
-        w, port = late_acks_worker(stack, 6, "--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+        w, port = late_acks_worker(stack, 6, "--set", "llm.base_url=%s/v1" % url,
                                    env={"LD_PRELOAD": build_preload("preload_heap", stack.dir),
                                         "PRELOAD_HEAP_FILE": heap_file})
         final = ("retort_jobs_total", (("outcome", "final"),))
@@ -1213,8 +1208,6 @@ def test_outcomes_waiting_for_their_delivery_hold_only_their_events(control_stac
         held = min(stalled) - heap()
         assert 0 < held <= 4 * events, "held %d bytes for %d bytes of events (%.1fx)" % (held, events, held / events)
         assert stack.stop_worker(w) == 0
-    finally:
-        srv.shutdown()
 
 
 def test_token_budget_and_deadline(stack):
@@ -1296,15 +1289,10 @@ class Hook(http.server.BaseHTTPRequestHandler):
         self.send_response(204)
         self.end_headers()
 
-    def log_message(self, *a):
-        pass
-
 
 def test_escalation_webhook(stack):
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        stack.start_worker("--set", "escalation.webhook_url=http://127.0.0.1:%d/hook" % srv.server_port)
+    with own_llm(Hook) as url:
+        stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url)
         jid = uid("hook")
         stack.produce_jobs([job(jid, directive="defect=refusal")])
         stack.wait_outcomes([jid])
@@ -1313,8 +1301,6 @@ def test_escalation_webhook(stack):
             time.sleep(0.1)
         assert [e["job_id"] for e in Hook.received] == [jid]   # retried after the 503
         assert Hook.received[0]["category"] == "refusal"
-    finally:
-        srv.shutdown()
 
 
 def test_status_command(stack):
@@ -1526,13 +1512,8 @@ def test_an_answer_over_max_response_bytes_is_repaired_as_a_cut_one(stack):
             calls[(jid, att)] += 1
             send_json(self, 200, chat_completion(big if "always" in jid or att == 1 else small))
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Long)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        w = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+    with own_llm(Long) as url:
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url,
                                "--set", "llm.max_response_bytes=2048")
         once, always = uid("long-once"), uid("long-always")
         stack.produce_jobs([job(once, schema={"type": "object"}),
@@ -1552,8 +1533,6 @@ def test_an_answer_over_max_response_bytes_is_repaired_as_a_cut_one(stack):
         v = retry[0]["reflection"]["violations"]
         assert [x["code"] for x in v] == ["TRUNCATED"] and "longer than this service accepts" in v[0]["message"], v
         assert stack.stop_worker(w) == 0
-    finally:
-        srv.shutdown()
 
 
 def test_a_webhook_answering_2xx_with_a_large_body_is_posted_once(stack):
@@ -1572,13 +1551,8 @@ def test_a_webhook_answering_2xx_with_a_large_body_is_posted_once(stack):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Big)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        w = stack.start_worker("--set", "escalation.webhook_url=http://127.0.0.1:%d/hook" % srv.server_port,
+    with own_llm(Big) as url:
+        w = stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url,
                                "--set", "escalation.webhook_retries=3")
         jid = uid("bighook")
         stack.produce_jobs([job(jid, directive="defect=refusal")])
@@ -1590,5 +1564,3 @@ def test_a_webhook_answering_2xx_with_a_large_body_is_posted_once(stack):
         assert [e["job_id"] for e in posts] == [jid]
         assert "webhook failed" not in stack.worker_log(w.name)
         assert stack.stop_worker(w) == 0
-    finally:
-        srv.shutdown()

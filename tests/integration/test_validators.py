@@ -4,10 +4,9 @@ import http.server
 import json
 import os
 import subprocess
-import threading
 import uuid
 
-from stack import REPO, chat_completion, job, send_json
+from stack import REPO, chat_completion, job, own_llm, send_json
 
 
 def uid(prefix):
@@ -90,20 +89,15 @@ class CapturingLLM(http.server.BaseHTTPRequestHandler):
         CapturingLLM.bodies.append(json.loads(body))
         send_json(self, 200, chat_completion(CapturingLLM.answer))
 
-    def log_message(self, *a):
-        pass
-
 
 def test_inline_schema_settings(stack):
     """An inline schema's "x-retort" works as a named one's: its rules run,
     its max_attempts holds, and it is not sent to the model.  (Before, an
     inline schema went to the model as the job had it, x-retort included,
     and its settings were ignored.)"""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CapturingLLM)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     CapturingLLM.answer = json.dumps({"city": "Paris"})
-    try:
-        stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port)
+    with own_llm(CapturingLLM) as url:
+        stack.start_worker("--set", "llm.base_url=%s/v1" % url)
         plain = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
         ruled = dict(plain, **{"x-retort": {"max_attempts": 2, "rules": [
             {"type": "must_not_match", "pointer": "/city", "regex": "Paris"}]}})
@@ -126,20 +120,16 @@ def test_inline_schema_settings(stack):
         for body in CapturingLLM.bodies:
             assert "x-retort" not in json.dumps(body)
             assert body["response_format"]["json_schema"]["schema"] == plain
-    finally:
-        srv.shutdown()
 
 
 def test_a_params_response_format_puts_the_schema_in_the_prompt(stack):
     """A job's own response_format param replaces Retort's, schema and all;
     the worker still believed the API carried the schema and left it out
     of the prompt, so the model was told to follow a schema it never saw."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CapturingLLM)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     CapturingLLM.answer = json.dumps({"zz_city_field": "Paris"})
     CapturingLLM.bodies = []
-    try:
-        stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port)
+    with own_llm(CapturingLLM) as url:
+        stack.start_worker("--set", "llm.base_url=%s/v1" % url)
         schema = {"type": "object", "required": ["zz_city_field"],
                   "properties": {"zz_city_field": {"type": "string"}}}
         a, b = uid("own-format"), uid("retort-format")
@@ -156,9 +146,6 @@ def test_a_params_response_format_puts_the_schema_in_the_prompt(stack):
         assert "zz_city_field" not in json.dumps(retorts["messages"])
         finals = {m["value"]["job_id"] for m in stack.consume("retort.final")}
         assert {a, b} <= finals
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_a_critical_code_past_the_violations_cap_still_escalates_at_once(stack, tmp_path):
