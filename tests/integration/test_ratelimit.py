@@ -7,11 +7,11 @@ import os
 import signal
 import statistics
 import subprocess
-import threading
 import time
 import uuid
 
-from stack import chat_completion, free_port, job, scrape_metrics, send_json, settle_metrics, wait_metrics
+from stack import (chat_completion, free_port, job, own_llm, scrape_metrics, send_json, settle_metrics,
+                   wait_metrics)
 
 
 def test_rpm_is_shared_by_all_processes(stack):
@@ -450,14 +450,9 @@ def test_a_refused_account_holds_its_model_under_pause(stack):
             else:
                 send_json(self, 200, chat_completion(json.dumps({"name": "x"})))
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Account)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with own_llm(Account) as url:
         port = free_port()
-        w = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url,
                                "--set", "llm.on_account_error=pause", "--set", "llm.account_pause_ms=1000",
                                "--set", "llm.max_inflight=16", "--set", "metrics.port=%d" % port,
                                "--set", "metrics.host=127.0.0.1")
@@ -529,11 +524,9 @@ def test_a_refused_account_holds_its_model_under_pause(stack):
         assert log.count("answered again: its held calls go on") == 2, log
         assert "concurrency limit" not in log  # the quota's 429s are no rate limit
         mode["v"] = "ok"
-        w2 = stack.start_worker("--set", "llm.base_url=http://127.0.0.1:%d/v1" % srv.server_port,
+        w2 = stack.start_worker("--set", "llm.base_url=%s/v1" % url,
                                 "--set", "llm.on_account_error=pause")
         stack.wait_outcomes(parked, timeout=60)
         finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] in parked]
         assert sorted(f["job_id"] for f in finals) == sorted(parked) and all(f["attempts"] == 1 for f in finals)
         assert stack.stop_worker(w2) == 0
-    finally:
-        srv.shutdown()
