@@ -199,17 +199,20 @@ static int choice_ok(const char *choices, const char *v) {
 
 int config_set(config *cfg, const char *key, const char *value, char *err, size_t errlen) {
     if (strncmp(key, "pricing.", 8) == 0) {
-        /* pricing.MODEL.input / pricing.MODEL.output: USD per million tokens */
+        /* pricing.MODEL.input / .output / .cache_read / .cache_write: USD
+         * per million tokens */
         size_t n = strlen(key);
         int in = n > 14 && !strcmp(key + n - 6, ".input");
         int outp = n > 15 && !strcmp(key + n - 7, ".output");
+        outp |= (n > 19 && !strcmp(key + n - 11, ".cache_read")) || (n > 20 && !strcmp(key + n - 12, ".cache_write"));
         char *end;
         errno = 0;
         double d = strtod(value, &end);
         /* !(d >= 0): NaN too; strtod also reads "inf", and 1e999 as inf
          * with ERANGE */
         if ((!in && !outp) || end == value || *end || errno == ERANGE || !isfinite(d) || !(d >= 0)) {
-            snprintf(err, errlen, "config key '%s': expected pricing.MODEL.input or .output = USD per million tokens", key);
+            snprintf(err, errlen, "config key '%s': expected pricing.MODEL.input, .output, .cache_read or .cache_write = "
+                                  "USD per million tokens", key);
             return -1;
         }
         return put_or_say(cfg, key, value, err, errlen);
@@ -407,6 +410,10 @@ void config_print_help(FILE *out) {
     }
     fprintf(out, "  pricing.<model>.input          USD per million prompt tokens (retort report)\n"
                  "  pricing.<model>.output         USD per million completion tokens\n"
+                 "  pricing.<model>.cache_read     USD per million prompt tokens read from the provider's cache\n"
+                 "                                 (default: Anthropic a tenth of input, else input)\n"
+                 "  pricing.<model>.cache_write    USD per million prompt tokens written to it (default:\n"
+                 "                                 Anthropic 1.25 times input, else input)\n"
                  "  ratelimit.<model>.rpm          requests per minute of one model (else ratelimit.rpm)\n"
                  "  ratelimit.<model>.tpm          tokens per minute of one model (else ratelimit.tpm)\n"
                  "  kafka.<property>               any librdkafka property, for both clients\n"

@@ -11,7 +11,8 @@
 
 static int same(const llm_api_result *a, const llm_api_result *b) {
     return a->category == b->category && a->prompt_tokens == b->prompt_tokens &&
-           a->completion_tokens == b->completion_tokens && !strcmp(a->finish_reason, b->finish_reason) &&
+           a->completion_tokens == b->completion_tokens && a->cache_read_tokens == b->cache_read_tokens &&
+           a->cache_write_tokens == b->cache_write_tokens && !strcmp(a->finish_reason, b->finish_reason) &&
            !strcmp(a->error, b->error) && !a->text == !b->text && (!a->text || !strcmp(a->text, b->text));
 }
 

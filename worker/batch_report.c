@@ -13,8 +13,10 @@ static const char report_usage[] =
     "Success rate, attempts per finished job, top violation codes and paths, escalation reasons\n"
     "and categories, failure patterns (the same violation repeated over a job's attempts, the\n"
     "longest run of consecutive escalated jobs), tokens and cost per model (pricing.MODEL.input\n"
-    "and pricing.MODEL.output: USD per million tokens).  A warning when the success rate is\n"
-    "under --threshold (default 0.9).  --json prints one JSON object.\n";
+    "and pricing.MODEL.output: USD per million tokens; prompt tokens read from or written to the\n"
+    "provider's prompt cache at pricing.MODEL.cache_read and .cache_write, by default on\n"
+    "Anthropic a tenth and 1.25 times the input price, elsewhere the input price).  A warning\n"
+    "when the success rate is under --threshold (default 0.9).  --json prints one JSON object.\n";
 
 /* The worker caps max_attempts at 100 (job.schema.json). */
 #define HIST_MAX 100
@@ -31,6 +33,7 @@ typedef struct report {
     long long records;
     batch_tally *codes, *paths, *reasons, *categories, *repeated;
     batch_tally *prompt, *completion, *model_attempts;  /* by model */
+    batch_tally *cache_read, *cache_write;              /* by model: of prompt, priced apart */
     batch_tally *job_keys, *attempt_keys;               /* scratch, per job / attempt */
     size_t repeat_jobs;
     size_t run_len, run_start, best_len, best_start;    /* escalated runs, 0-based starts */
@@ -69,6 +72,9 @@ static void add_record(report *rp, const cJSON *rec) {
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(rec, "usage");
     tally_bad(rp, batch_tally_add(rp->prompt, model, num_or(u, "prompt_tokens")));
     tally_bad(rp, batch_tally_add(rp->completion, model, num_or(u, "completion_tokens")));
+    long long cr = num_or(u, "cache_read_tokens"), cw = num_or(u, "cache_write_tokens");
+    if (cr > 0) tally_bad(rp, batch_tally_add(rp->cache_read, model, cr));
+    if (cw > 0) tally_bad(rp, batch_tally_add(rp->cache_write, model, cw));
     tally_bad(rp, batch_tally_add(rp->model_attempts, model, 1));
     batch_tally_clear(rp->attempt_keys);
     const cJSON *v;
@@ -216,6 +222,20 @@ static int price_of(const config *cfg, const char *model, const char *dir, doubl
     return 0;
 }
 
+/* USD per million of a model's prompt tokens read from (dir
+ * "cache_read") or written to ("cache_write") the provider's prompt
+ * cache: pricing.MODEL.<dir> when set; else, on Anthropic, its ratios to
+ * the input price, the same for all its models (a read costs a tenth, a
+ * write a quarter more); else the input price, and *as_input is set
+ * (OpenAI's discount differs from model to model). */
+static double cache_price(const config *cfg, const char *model, const char *dir, double pin, int *as_input) {
+    double v;
+    if (!price_of(cfg, model, dir, &v)) return v;
+    if (!strcmp(config_get(cfg, "llm.provider"), "anthropic")) return pin * (!strcmp(dir, "cache_read") ? 0.1 : 1.25);
+    *as_input = 1;
+    return pin;
+}
+
 /* A field of the batch hash as HGETALL gave it; def when absent. */
 static long long batch_field(const redisReply *h, const char *name, long long def) {
     for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2)
@@ -320,7 +340,8 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
     add_replaced(rp, bh, &ra, &rprompt, &rcompl);
     cJSON *models = cJSON_AddArrayToObject(j, "models");
     cJSON *unpriced = cJSON_CreateArray();
-    long long tp = 0, tc = 0;
+    cJSON *as_input = cJSON_CreateArray();
+    long long tp = 0, tc = 0, tr = 0, tw = 0;
     double cost = 0;
     e = batch_tally_sorted(rp->prompt, &n);
     for (size_t i = 0; i < n; i++) {
@@ -331,9 +352,18 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
         cJSON_AddNumberToObject(o, "attempts", (double)batch_tally_get(rp->model_attempts, m));
         cJSON_AddNumberToObject(o, "prompt_tokens", (double)p);
         cJSON_AddNumberToObject(o, "completion_tokens", (double)c);
+        long long r = batch_tally_get(rp->cache_read, m), w = batch_tally_get(rp->cache_write, m);
+        cJSON_AddNumberToObject(o, "cache_read_tokens", (double)r);
+        cJSON_AddNumberToObject(o, "cache_write_tokens", (double)w);
         double pin, pout;
         if (!price_of(rp->cfg, m, "input", &pin) && !price_of(rp->cfg, m, "output", &pout)) {
-            double mc = ((double)p * pin + (double)c * pout) / 1e6;
+            int assumed = 0;
+            double pr = cache_price(rp->cfg, m, "cache_read", pin, &assumed);
+            double pw = cache_price(rp->cfg, m, "cache_write", pin, &assumed);
+            if (assumed && (r || w)) cJSON_AddItemToArray(as_input, cJSON_CreateString(m));
+            /* prompt_tokens holds the cached ones: the rest at the input price */
+            long long plain = p - r - w > 0 ? p - r - w : 0;
+            double mc = ((double)plain * pin + (double)r * pr + (double)w * pw + (double)c * pout) / 1e6;
             cJSON_AddNumberToObject(o, "cost_usd", mc);
             cost += mc;
         } else {
@@ -343,12 +373,16 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
         cJSON_AddItemToArray(models, o);
         tp += p;
         tc += c;
+        tr += r;
+        tw += w;
     }
     free(e);
     cJSON *tok = cJSON_AddObjectToObject(j, "tokens");
     cJSON_AddNumberToObject(tok, "prompt", (double)tp);
     cJSON_AddNumberToObject(tok, "completion", (double)tc);
     cJSON_AddNumberToObject(tok, "total", (double)(tp + tc));
+    cJSON_AddNumberToObject(tok, "cache_read", (double)tr);
+    cJSON_AddNumberToObject(tok, "cache_write", (double)tw);
     cJSON *repl = cJSON_AddObjectToObject(j, "replaced_by_resubmit");
     cJSON_AddNumberToObject(repl, "attempts", (double)ra);
     cJSON_AddNumberToObject(repl, "prompt_tokens", (double)rprompt);
@@ -361,6 +395,8 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
         cJSON_AddNumberToObject(j, "cost_usd_priced_models", cost);
     }
     cJSON_AddItemToObject(j, "unpriced_models", unpriced);
+    /* models whose cached tokens went at the input price, for want of theirs */
+    cJSON_AddItemToObject(j, "cache_priced_as_input", as_input);
     return j;
 }
 
@@ -460,6 +496,15 @@ static void print_human(FILE *f, const cJSON *j) {
     else if (any_priced) snprintf(cs, sizeof(cs), ">= %.4f", jnum(j, "cost_usd_priced_models"));
     else snprintf(cs, sizeof(cs), "no pricing");
     fprintf(f, "  %-24s %8s %12.0f %12.0f %12s\n", "total", "", jnum(tok, "prompt"), jnum(tok, "completion"), cs);
+    if (jnum(tok, "cache_read") > 0 || jnum(tok, "cache_write") > 0)
+        fprintf(f, "  (of the prompt tokens, %.0f read from the provider's prompt cache and %.0f written to it, "
+                   "priced apart)\n", jnum(tok, "cache_read"), jnum(tok, "cache_write"));
+    const cJSON *as_input = cJSON_GetObjectItemCaseSensitive(j, "cache_priced_as_input");
+    if (cJSON_GetArraySize(as_input)) {
+        fprintf(f, "  cached tokens priced as input for:");
+        cJSON_ArrayForEach(o, as_input) fprintf(f, " %s", o->valuestring);
+        fprintf(f, " (set pricing.MODEL.cache_read and pricing.MODEL.cache_write, USD per million tokens)\n");
+    }
     const cJSON *repl = cJSON_GetObjectItemCaseSensitive(j, "replaced_by_resubmit");
     if (jnum(repl, "attempts") > 0)
         fprintf(f, "  (the tokens include %.0f attempt(s) of runs replaced by retort resubmit)\n", jnum(repl, "attempts"));
@@ -538,7 +583,8 @@ int batch_report_main(int argc, char **argv) {
     rp.ids = &ids;
     rp.batch = batch;
     batch_tally **tallies[] = {&rp.codes,  &rp.paths,      &rp.reasons,        &rp.categories, &rp.repeated,
-                               &rp.prompt, &rp.completion, &rp.model_attempts, &rp.job_keys,   &rp.attempt_keys};
+                               &rp.prompt, &rp.completion, &rp.model_attempts, &rp.job_keys,   &rp.attempt_keys,
+                               &rp.cache_read, &rp.cache_write};
     for (size_t i = 0; i < sizeof(tallies) / sizeof(tallies[0]); i++) {
         if (!(*tallies[i] = batch_tally_new())) {
             fprintf(stderr, "retort report: out of memory\n");
@@ -573,6 +619,8 @@ done:
     batch_tally_free(rp.repeated);
     batch_tally_free(rp.prompt);
     batch_tally_free(rp.completion);
+    batch_tally_free(rp.cache_read);
+    batch_tally_free(rp.cache_write);
     batch_tally_free(rp.model_attempts);
     batch_tally_free(rp.job_keys);
     batch_tally_free(rp.attempt_keys);

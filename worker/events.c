@@ -46,18 +46,29 @@ static double num(const cJSON *obj, const char *name) {
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
-cJSON *events_usage_total(const cJSON *history) {
-    double p = 0, c = 0;
+/* The usage of history's records, summed: prompt, completion, cache
+ * read, cache write. */
+static void usage_sum(const cJSON *history, double sum[4]) {
+    static const char *const names[4] = {"prompt_tokens", "completion_tokens", "cache_read_tokens",
+                                         "cache_write_tokens"};
     const cJSON *rec;
     cJSON_ArrayForEach(rec, history) {
         const cJSON *u = cJSON_GetObjectItemCaseSensitive(rec, "usage");
-        p += num(u, "prompt_tokens");
-        c += num(u, "completion_tokens");
+        for (int k = 0; k < 4; k++) sum[k] += num(u, names[k]);
     }
+}
+
+cJSON *events_usage_total(const cJSON *history) {
+    double sum[4] = {0};
+    usage_sum(history, sum);
     cJSON *usage = cJSON_CreateObject();
-    cJSON_AddNumberToObject(usage, "prompt_tokens", p);
-    cJSON_AddNumberToObject(usage, "completion_tokens", c);
-    cJSON_AddNumberToObject(usage, "total_tokens", p + c);
+    cJSON_AddNumberToObject(usage, "prompt_tokens", sum[0]);
+    cJSON_AddNumberToObject(usage, "completion_tokens", sum[1]);
+    cJSON_AddNumberToObject(usage, "total_tokens", sum[0] + sum[1]);
+    if (sum[2] || sum[3]) {
+        cJSON_AddNumberToObject(usage, "cache_read_tokens", sum[2]);
+        cJSON_AddNumberToObject(usage, "cache_write_tokens", sum[3]);
+    }
     return usage;
 }
 
@@ -111,17 +122,16 @@ char *events_final(const job *j, const char *schema_name, const char *model, con
     char *out = NULL;
     int n = cJSON_GetArraySize(history);
     const cJSON *last_rec = last ? NULL : cJSON_GetArrayItem(history, n - 1);
-    double p = 0, c = 0;
+    double sum[4] = {0};
     const cJSON *rec;
-    cJSON_ArrayForEach(rec, history) {
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(rec, "usage");
-        p += num(u, "prompt_tokens");
-        c += num(u, "completion_tokens");
-    }
+    usage_sum(history, sum);
     if (last) {
-        p += (double)last->prompt_tokens;
-        c += (double)last->completion_tokens;
+        sum[0] += (double)last->prompt_tokens;
+        sum[1] += (double)last->completion_tokens;
+        sum[2] += (double)last->cache_read_tokens;
+        sum[3] += (double)last->cache_write_tokens;
     }
+    double p = sum[0], c = sum[1];
     double attempt = last ? last->attempt : last_rec ? num(last_rec, "attempt") : j->attempt;
     char ts[40];
     util_rfc3339(wall_ms, ts, sizeof(ts));
@@ -132,6 +142,8 @@ char *events_final(const job *j, const char *schema_name, const char *model, con
         sbuf_puts(&b, ",\"usage\":{\"prompt_tokens\":") || jsonout_number(&b, p) ||
         sbuf_puts(&b, ",\"completion_tokens\":") || jsonout_number(&b, c) ||
         sbuf_puts(&b, ",\"total_tokens\":") || jsonout_number(&b, p + c) ||
+        ((sum[2] || sum[3]) && (sbuf_puts(&b, ",\"cache_read_tokens\":") || jsonout_number(&b, sum[2]) ||
+                                sbuf_puts(&b, ",\"cache_write_tokens\":") || jsonout_number(&b, sum[3]))) ||
         sbuf_puts(&b, "},\"metadata\":") || (j->metadata ? jsonout_value(&b, j->metadata) : sbuf_puts(&b, "null")) ||
         (j->batch_id ? put_str(&b, ",\"batch_id\":", j->batch_id) : sbuf_puts(&b, ",\"batch_id\":null")) ||
         put_str(&b, ",\"schema\":", schema_name) || (model && put_str(&b, ",\"model\":", model)) ||

@@ -52,6 +52,7 @@ typedef struct events_attempt {
     const cJSON *violations;    /* array, or NULL */
     double latency_ms;
     long prompt_tokens, completion_tokens;
+    long cache_read_tokens, cache_write_tokens; /* of prompt_tokens */
     const char *value;          /* the output as JSON text, or NULL */
     size_t value_len;
 } events_attempt;

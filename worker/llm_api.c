@@ -487,6 +487,8 @@ static void parse_openai(const cJSON *doc, llm_api_result *out) {
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(doc, "usage");
     out->prompt_tokens = get_long(usage, "prompt_tokens");
     out->completion_tokens = get_long(usage, "completion_tokens");
+    out->cache_read_tokens = get_long(cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens_details"),
+                                      "cached_tokens");
     if (!cJSON_IsObject(choice)) {
         openai_no_choices(out);
         return;
@@ -540,7 +542,7 @@ typedef struct oa_scan {
     char *fr;                     /* into fr_buf; NULL = absent or not a string */
     char fr_buf[64];              /* the reasons are short words: no allocation */
     long ptoks, ctoks;
-    long cache_w, cache_r;        /* Anthropic: prompt tokens written to / read from its cache */
+    long cache_w, cache_r;        /* prompt tokens written to / read from the provider's cache */
     int choice;                   /* OpenAI: choices[0] is an object */
     int blocks;                   /* Anthropic: content is an array */
     sbuf text;                    /* Anthropic: its text blocks, joined */
@@ -886,10 +888,17 @@ static int oa_take_count(oa_scan *s, long *dst, int *seen) {
     return 0;
 }
 
+static int oa_details_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
+    oa_seen *q = ctx;
+    if (OA_KEY(k, kl, "cached_tokens")) return oa_take_count(s, &s->cache_r, &q->a);
+    return oa_value(s);
+}
+
 static int oa_usage_member(oa_scan *s, const char *k, size_t kl, void *ctx) {
     oa_seen *q = ctx;
     if (OA_KEY(k, kl, "prompt_tokens")) return oa_take_count(s, &s->ptoks, &q->a);
     if (OA_KEY(k, kl, "completion_tokens")) return oa_take_count(s, &s->ctoks, &q->b);
+    if (OA_KEY(k, kl, "prompt_tokens_details")) return oa_take_object(s, &q->c, oa_details_member);
     return oa_value(s);
 }
 
@@ -950,6 +959,8 @@ static void parse_anthropic(const cJSON *doc, llm_api_result *out) {
                                                  get_long(usage, "cache_creation_input_tokens"),
                                                  get_long(usage, "cache_read_input_tokens"));
     out->completion_tokens = get_long(usage, "output_tokens");
+    out->cache_write_tokens = get_long(usage, "cache_creation_input_tokens");
+    out->cache_read_tokens = get_long(usage, "cache_read_input_tokens");
     const char *sr = get_str(doc, "stop_reason");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(doc, "content");
     if (!cJSON_IsArray(content)) {
@@ -1057,6 +1068,8 @@ static int scan(llm_provider provider, const char *body, size_t len, llm_api_res
     memset(out, 0, sizeof(*out));
     out->prompt_tokens = s.ptoks;
     out->completion_tokens = s.ctoks;
+    out->cache_read_tokens = s.cache_r;
+    out->cache_write_tokens = s.cache_w;
     if (anthropic) {
         out->prompt_tokens = anthropic_prompt_tokens(s.ptoks, s.cache_w, s.cache_r);
         size_t total = s.text.len;

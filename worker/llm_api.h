@@ -66,8 +66,14 @@ typedef struct llm_api_result {
     char *text;                /* malloc'd, or NULL */
     int text_nul;              /* OK only: the body escapes U+0000 (text may end early) */
     char finish_reason[32];
-    long prompt_tokens;
+    long prompt_tokens;        /* the whole prompt, cached parts included */
     long completion_tokens;
+    /* Of prompt_tokens: read from, and written to, the provider's prompt
+     * cache, which it prices apart (OpenAI's
+     * usage.prompt_tokens_details.cached_tokens; Anthropic's
+     * cache_read_input_tokens and cache_creation_input_tokens). */
+    long cache_read_tokens;
+    long cache_write_tokens;
     char error[256];           /* provider's error message, if any */
 } llm_api_result;
 

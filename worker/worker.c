@@ -103,6 +103,7 @@ typedef struct wjob {
     int64_t start_wall;      /* when the claim was granted */
     double llm_ms;
     long ptoks, ctoks;
+    long cache_r, cache_w;   /* of ptoks: read from / written to the provider's prompt cache */
     long tokens_before;      /* recorded over earlier attempts */
     long http_status;
     /* outcome of the attempt */
@@ -1001,7 +1002,7 @@ static void on_finish(void *ud, const state_reply *r) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
         events_attempt last = {j->job.attempt, outcome_name(j->cat), j->violations, j->rec_latency_ms,
-                               j->ptoks, j->ctoks, j->value_text, j->value_len};
+                               j->ptoks, j->ctoks, j->cache_r, j->cache_w, j->value_text, j->value_len};
         set_event(j, EVENT_FINAL, w->t_final, j->job.attempt, NULL,
                   events_final(&j->job, j->schema_name, j->model, r->history, &last, util_wall_ms()));
     } else {
@@ -1083,7 +1084,11 @@ static char *attempt_record(wjob *j, size_t *len) {
         /* the repair this attempt was asked for had been cut to fit Kafka */
         (reflection_cut && rec_str(&b, ",\"reflection_cut\":", reflection_cut)) ||
         rec_num(&b, ",\"usage\":{\"prompt_tokens\":", j->ptoks) || rec_num(&b, ",\"completion_tokens\":", j->ctoks) ||
-        rec_num(&b, ",\"total_tokens\":", j->ptoks + j->ctoks) || rec_num(&b, "},\"latency_ms\":", j->rec_latency_ms) ||
+        rec_num(&b, ",\"total_tokens\":", j->ptoks + j->ctoks) ||
+        /* only with a prompt cache: most records never have them */
+        ((j->cache_r || j->cache_w) && (rec_num(&b, ",\"cache_read_tokens\":", j->cache_r) ||
+                                        rec_num(&b, ",\"cache_write_tokens\":", j->cache_w))) ||
+        rec_num(&b, "},\"latency_ms\":", j->rec_latency_ms) ||
         rec_num(&b, ",\"llm_latency_ms\":", j->llm_ms) || rec_num(&b, ",\"tries\":", j->tries + 1) ||
         rec_str(&b, ",\"error\":", j->error[0] ? j->error : NULL) ||
         (j->http_status && rec_num(&b, ",\"http_status\":", j->http_status)) ||
@@ -1410,6 +1415,8 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         llm_api_parse(w->provider, resp->status, resp->body, resp->body_len, &res);
         j->cat = res.category;
         j->ptoks += res.prompt_tokens;
+        j->cache_r += res.cache_read_tokens;
+        j->cache_w += res.cache_write_tokens;
         j->ctoks += res.completion_tokens;
         w->m.tokens[0] += (uint64_t)res.prompt_tokens;
         w->m.tokens[1] += (uint64_t)res.completion_tokens;

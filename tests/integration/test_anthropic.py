@@ -157,7 +157,9 @@ def test_prompt_cache_marks_the_system_prompt(stack):
     """llm.prompt_cache=true: the system prompt (the instructions and the
     schema, which a schema's jobs share) goes as a text block marked
     cache_control ephemeral, for Anthropic's prompt cache; without it, a
-    plain string.  The requests are read by an LLM of the test's own."""
+    plain string.  The requests are read by an LLM of the test's own.  The
+    cached tokens of the answer's usage are kept apart in the record and
+    the final event (retort report prices them)."""
     bodies = []
 
     class Capture(http.server.BaseHTTPRequestHandler):
@@ -166,7 +168,7 @@ def test_prompt_cache_marks_the_system_prompt(stack):
             send_json(self, 200, {"id": "msg_1", "type": "message", "role": "assistant",
                                   "content": [{"type": "text", "text": "{\"a\": 1}"}], "stop_reason": "end_turn",
                                   "usage": {"input_tokens": 900, "output_tokens": 5,
-                                            "cache_read_input_tokens": 1200}})
+                                            "cache_read_input_tokens": 1200, "cache_creation_input_tokens": 40}})
 
     with own_llm(Capture) as base:
         url = ("--set", "llm.base_url=%s/v1" % base)
@@ -179,8 +181,13 @@ def test_prompt_cache_marks_the_system_prompt(stack):
             stack.produce_jobs([job(jid, schema=schema)])
             outs = [m for m in stack.wait_outcomes([jid]) if m["value"]["job_id"] == jid]
             assert outs[0]["headers"]["ce_type"] == "retort.job.final", outs
-            # the prompt read from the cache counts as prompt tokens
-            assert outs[0]["value"]["usage"]["prompt_tokens"] == 2100, outs[0]["value"]["usage"]
+            # the prompt read from and written to the cache counts as prompt
+            # tokens, and the event and the record say which, for the price
+            usage = {"prompt_tokens": 2140, "completion_tokens": 5, "total_tokens": 2145,
+                     "cache_read_tokens": 1200, "cache_write_tokens": 40}
+            assert outs[0]["value"]["usage"] == usage, outs[0]["value"]["usage"]
+            rec = json.loads(stack.redis_client().lindex("retort:job:{%s}:history" % jid, -1))
+            assert rec["usage"] == usage, rec
             assert len(bodies) == 1
             system = bodies[0]["system"]
             if cache == "true":

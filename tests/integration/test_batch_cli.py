@@ -1453,3 +1453,48 @@ def test_results_errors_file_a_directory(stack):
         assert "retort results: %s is a directory" % errdir in p.stderr, (args, p.stderr)
         assert open(out).read() == "earlier\n"
         assert sorted(os.listdir(d)) == ["errs", "out.jsonl"] and os.listdir(errdir) == []
+
+
+def test_report_prices_the_prompt_cache_apart(stack):
+    """Prompt tokens read from or written to the provider's cache are
+    priced apart: pricing.MODEL.cache_read / .cache_write, by default on
+    Anthropic a tenth and 1.25 times the input price, elsewhere the input
+    price (and the report says so).  Before, every prompt token went at
+    the input price, and the cache's prices were no config key."""
+    r = stack.redis_client()
+    r.hset("retort:batch:{pc}", mapping={"total": 2, "created": 1})
+    r.rpush("retort:batch:{pc}:jobs", "pc-1", "pc-2")
+    recs = {"pc-1": {"prompt_tokens": 2109, "completion_tokens": 4, "total_tokens": 2113,
+                     "cache_read_tokens": 2000, "cache_write_tokens": 100},
+            "pc-2": {"prompt_tokens": 300, "completion_tokens": 10, "total_tokens": 310}}
+    for j, usage in recs.items():
+        r.hset("retort:job:{%s}" % j, mapping={"status": "final", "attempt": 1, "batch_id": "pc"})
+        r.rpush("retort:job:{%s}:history" % j, json.dumps(
+            {"attempt": 1, "outcome": "valid", "violations": [], "value": {}, "model": "claude-x", "usage": usage}))
+    prices = ["--set", "pricing.claude-x.input=3", "--set", "pricing.claude-x.output=15"]
+
+    def report(*args):
+        p = retort(stack, "report", "pc", "--json", *(prices + list(args)))
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    plain = 2409 - 2000 - 100
+    rep = report("--set", "llm.provider=anthropic")
+    m = rep["models"][0]
+    assert (m["prompt_tokens"], m["cache_read_tokens"], m["cache_write_tokens"]) == (2409, 2000, 100)
+    assert rep["tokens"]["cache_read"] == 2000 and rep["tokens"]["cache_write"] == 100
+    assert rep["cost_usd"] == pytest.approx((plain * 3 + 2000 * 0.3 + 100 * 3.75 + 14 * 15) / 1e6)
+    assert rep["cache_priced_as_input"] == []
+    # OpenAI's discount differs by model: the input price unless told
+    rep = report()
+    assert rep["cost_usd"] == pytest.approx((2409 * 3 + 14 * 15) / 1e6)
+    assert rep["cache_priced_as_input"] == ["claude-x"]
+    rep = report("--set", "pricing.claude-x.cache_read=1.5", "--set", "pricing.claude-x.cache_write=3")
+    assert rep["cost_usd"] == pytest.approx((plain * 3 + 2000 * 1.5 + 100 * 3 + 14 * 15) / 1e6)
+    assert rep["cache_priced_as_input"] == []
+    # the human form says it
+    p = retort(stack, "report", "pc", *prices)
+    assert p.returncode == 0, p.stderr
+    assert "of the prompt tokens, 2000 read from the provider's prompt cache and 100 written to it" in p.stdout
+    assert "cached tokens priced as input for: claude-x (set pricing.MODEL.cache_read" in p.stdout
+    assert "%.4f" % ((2409 * 3 + 14 * 15) / 1e6) in p.stdout

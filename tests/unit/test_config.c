@@ -154,6 +154,19 @@ static void test_pricing_values(void **s) {
             fail_msg("pricing '%s': %s", cases[i].value, rc ? err : "accepted");
         if (!cases[i].ok) assert_non_null(strstr(err, "pricing.gpt-4o.input"));
     }
+    /* the four prices of a model, and nothing else under pricing. */
+    static const struct {
+        const char *key;
+        int ok;
+    } keys[] = {
+        {"pricing.m.output", 1}, {"pricing.m.cache_read", 1}, {"pricing.m.cache_write", 1},
+        {"pricing.claude-3.5.cache_read", 1}, {"pricing.m.cached", 0}, {"pricing.cache_read", 0},
+        {"pricing..cache_write", 0}, {"pricing.m.cache_read.x", 0},
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        int rc = config_set(c, keys[i].key, "0.3", err, sizeof(err));
+        if ((rc == 0) != keys[i].ok) fail_msg("%s: %s", keys[i].key, rc ? err : "accepted");
+    }
     config_free(c);
 }
 

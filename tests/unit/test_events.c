@@ -87,10 +87,11 @@ static void test_final_last_as_parts(void **s) {
     j.job_id = "j-7";
     j.metadata = get(j.doc, "metadata");
     const char *rec1 = "{\"attempt\":1,\"outcome\":\"invalid\",\"violations\":[{\"code\":\"MISSING_FIELD\"}],"
-                       "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":20},\"latency_ms\":3.25}";
+                       "\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":20,\"cache_read_tokens\":60,"
+                       "\"cache_write_tokens\":0},\"latency_ms\":3.25}";
     cJSON *violations = cJSON_Parse("[{\"code\":\"OUT_OF_RANGE\",\"path\":\"/a\"},{\"path\":\"/b\"}]");
     const char *value = "{\"a\":[1,2.5,\"x\\u0001\"],\"b\":null}";
-    events_attempt last = {2, "valid", violations, 12.125, 130, 25, value, strlen(value)};
+    events_attempt last = {2, "valid", violations, 12.125, 130, 25, 100, 10, value, strlen(value)};
     /* The same attempt as a record. */
     cJSON *rec2 = cJSON_CreateObject();
     cJSON_AddNumberToObject(rec2, "attempt", 2);
@@ -100,6 +101,8 @@ static void test_final_last_as_parts(void **s) {
     cJSON *u = cJSON_AddObjectToObject(rec2, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", 130);
     cJSON_AddNumberToObject(u, "completion_tokens", 25);
+    cJSON_AddNumberToObject(u, "cache_read_tokens", 100);
+    cJSON_AddNumberToObject(u, "cache_write_tokens", 10);
     cJSON_AddNumberToObject(rec2, "latency_ms", 12.125);
     for (int before = 0; before <= 1; before++) {
         cJSON *earlier = cJSON_CreateArray();
@@ -117,6 +120,15 @@ static void test_final_last_as_parts(void **s) {
         cJSON *ev = cJSON_Parse(got);
         assert_int_equal(get(ev, "attempts")->valueint, before + 1);
         assert_int_equal(get(get(ev, "usage"), "prompt_tokens")->valueint, before ? 230 : 130);
+        /* the cached parts of the prompts, summed as the tree sums them */
+        assert_int_equal(get(get(ev, "usage"), "cache_read_tokens")->valueint, before ? 160 : 100);
+        assert_int_equal(get(get(ev, "usage"), "cache_write_tokens")->valueint, 10);
+        cJSON *tree = events_usage_total(all);
+        char *tree_text = cJSON_PrintUnformatted(tree), *ev_text = cJSON_PrintUnformatted(get(ev, "usage"));
+        assert_string_equal(ev_text, tree_text);
+        free(tree_text);
+        free(ev_text);
+        cJSON_Delete(tree);
         cJSON *sum = get(ev, "summary");
         cJSON *mine = cJSON_GetArrayItem(sum, before);
         assert_int_equal(cJSON_GetArraySize(get(mine, "codes")), 1);
@@ -127,12 +139,16 @@ static void test_final_last_as_parts(void **s) {
         cJSON_Delete(earlier);
         cJSON_Delete(all);
     }
-    /* No history at all (NULL) and no value. */
+    /* No history at all (NULL), no value, and no prompt cache: no cache
+     * members (most events never have them). */
     last.value = NULL;
+    last.cache_read_tokens = last.cache_write_tokens = 0;
     char *got = events_final(&j, "s", NULL, NULL, &last, 0);
     cJSON *ev = cJSON_Parse(got);
     assert_non_null(ev);
     assert_true(cJSON_IsNull(get(ev, "output")));
+    assert_null(get(get(ev, "usage"), "cache_read_tokens"));
+    assert_null(get(get(ev, "usage"), "cache_write_tokens"));
     assert_int_equal(get(ev, "attempts")->valueint, 1);
     assert_int_equal(get(ev, "attempt")->valueint, 2);
     cJSON_Delete(ev);

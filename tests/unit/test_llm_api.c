@@ -751,6 +751,8 @@ static void assert_same_as_dom_of(llm_provider provider, const char *body, size_
     assert_string_equal(a.finish_reason, b.finish_reason);
     assert_int_equal(a.prompt_tokens, b.prompt_tokens);
     assert_int_equal(a.completion_tokens, b.completion_tokens);
+    assert_int_equal(a.cache_read_tokens, b.cache_read_tokens);
+    assert_int_equal(a.cache_write_tokens, b.cache_write_tokens);
     assert_string_equal(a.error, b.error);
     llm_api_result_clear(&a);
     llm_api_result_clear(&b);
@@ -1002,6 +1004,21 @@ static void test_openai_scan(void **s) {
     }
 }
 
+/* body's usage, read by the scanner and by cJSON alike. */
+static void check_usage(llm_provider provider, const char *body, long prompt, long completion, long cache_read,
+                        long cache_write) {
+    llm_api_result r;
+    for (int dom = 0; dom < 2; dom++) {
+        if (dom) llm_api_parse_dom(provider, 200, body, strlen(body), &r);
+        else assert_int_equal(llm_api_scan(provider, body, strlen(body), &r), 0);
+        assert_int_equal(r.prompt_tokens, prompt);
+        assert_int_equal(r.completion_tokens, completion);
+        assert_int_equal(r.cache_read_tokens, cache_read);
+        assert_int_equal(r.cache_write_tokens, cache_write);
+        llm_api_result_clear(&r);
+    }
+}
+
 /* Anthropic's Messages answers through the same scanner. */
 static void test_anthropic_scan(void **s) {
     (void)s;
@@ -1055,13 +1072,21 @@ static void test_anthropic_scan(void **s) {
     const char *cached = "{\"content\":[{\"type\":\"text\",\"text\":\"{}\"}],\"stop_reason\":\"end_turn\","
                          "\"usage\":{\"input_tokens\":9,\"cache_creation_input_tokens\":100,"
                          "\"cache_read_input_tokens\":2000,\"output_tokens\":4}}";
-    for (int dom = 0; dom < 2; dom++) {
-        if (dom) llm_api_parse_dom(LLM_PROVIDER_ANTHROPIC, 200, cached, strlen(cached), &r);
-        else assert_int_equal(llm_api_scan(LLM_PROVIDER_ANTHROPIC, cached, strlen(cached), &r), 0);
-        assert_int_equal(r.prompt_tokens, 2109);
-        assert_int_equal(r.completion_tokens, 4);
-        llm_api_result_clear(&r);
-    }
+    /* and which of them the cache priced apart */
+    check_usage(LLM_PROVIDER_ANTHROPIC, cached, 2109, 4, 2000, 100);
+    /* OpenAI: the cached part of prompt_tokens, in prompt_tokens_details */
+    check_usage(LLM_PROVIDER_OPENAI,
+                "{\"choices\":[{\"message\":{\"content\":\"{}\"},\"finish_reason\":\"stop\"}],"
+                "\"usage\":{\"prompt_tokens\":2048,\"completion_tokens\":5,"
+                "\"prompt_tokens_details\":{\"cached_tokens\":1920,\"audio_tokens\":0}}}",
+                2048, 5, 1920, 0);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":3,\"cached_tokens\":9},"
+               "\"prompt_tokens_details\":{\"cached_tokens\":4}},\"choices\":[]}", 1);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens_details\":null,\"prompt_tokens_details\":{\"cached_tokens\":4}},"
+               "\"choices\":[]}", 1);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens_details\":[{\"cached_tokens\":4}]},\"choices\":[]}", 1);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":-4}},\"choices\":[]}", 1);
+    CHECK_SCAN("{\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":4.5}},\"choices\":[]}", 0);
     CHECK_SCAN_ANTHROPIC("{\"usage\":{\"input_tokens\":9,\"cache_read_input_tokens\":null,"
                          "\"cache_creation_input_tokens\":-5,\"cache_read_input_tokens\":7}}", 1);
     /* left to cJSON */
