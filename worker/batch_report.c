@@ -357,10 +357,10 @@ static cJSON *build_json(report *rp, const char *batch, const redisReply *bh, do
         cJSON_AddNumberToObject(o, "cache_write_tokens", (double)w);
         double pin, pout;
         if (!price_of(rp->cfg, m, "input", &pin) && !price_of(rp->cfg, m, "output", &pout)) {
-            int assumed = 0;
-            double pr = cache_price(rp->cfg, m, "cache_read", pin, &assumed);
-            double pw = cache_price(rp->cfg, m, "cache_write", pin, &assumed);
-            if (assumed && (r || w)) cJSON_AddItemToArray(as_input, cJSON_CreateString(m));
+            int assumed_r = 0, assumed_w = 0;
+            double pr = cache_price(rp->cfg, m, "cache_read", pin, &assumed_r);
+            double pw = cache_price(rp->cfg, m, "cache_write", pin, &assumed_w);
+            if ((assumed_r && r) || (assumed_w && w)) cJSON_AddItemToArray(as_input, cJSON_CreateString(m));
             /* prompt_tokens holds the cached ones: the rest at the input price */
             long long plain = p - r - w > 0 ? p - r - w : 0;
             double mc = ((double)plain * pin + (double)r * pr + (double)w * pw + (double)c * pout) / 1e6;

@@ -134,6 +134,7 @@ uint64_t llm_gate_pump(llm_gate *g, uint64_t now_ms) {
                 l->waiting--;
                 l->active++;
                 g->active++;
+                node->probe = l->held;
                 started = 1;
                 g->start(node, g->ud);
             }
@@ -152,8 +153,9 @@ uint64_t llm_gate_pump(llm_gate *g, uint64_t now_ms) {
 int llm_gate_leave(llm_gate *g, llm_gate_node *n, long status, long retry_after_ms, uint64_t now_ms,
                    double *before, double *after) {
     llm_gate_lane *l = n->lane;
-    int lowered = 0;
+    int lowered = 0, probe = n->probe;
     n->lane = NULL;
+    n->probe = 0;
     if (!l) return 0;
     if (l->active) l->active--;
     if (g->active) g->active--;
@@ -172,7 +174,7 @@ int llm_gate_leave(llm_gate *g, llm_gate_node *n, long status, long retry_after_
             if (until > l->paused_until_ms) l->paused_until_ms = until;
         }
     } else if (status >= 200 && status < 300 && l->held) {
-        l->held = 0; /* the account works again: the lane as it was */
+        if (probe) l->held = 0; /* the account works again: the lane as it was */
     } else if (status >= 200 && status < 300 && l->limit < (double)g->max_inflight) {
         l->limit += 1.0 / l->limit;
         if (l->limit > (double)g->max_inflight) l->limit = (double)g->max_inflight;
@@ -191,6 +193,13 @@ int llm_gate_hold(llm_gate *g, llm_gate_node *n, uint64_t until_ms) {
 }
 
 int llm_gate_held(const llm_gate_node *n) { return n->lane ? n->lane->held : 0; }
+
+int llm_gate_model_held(const llm_gate *g, const char *model) {
+    for (size_t i = 0; i < g->nlanes; i++)
+        if (!strcmp(g->lanes[i]->model, model ? model : "")) return g->lanes[i]->held;
+    /* past the named lanes, the shared one */
+    return g->nlanes == LLM_GATE_LANES_MAX ? g->lanes[LLM_GATE_LANES_MAX - 1]->held : 0;
+}
 
 size_t llm_gate_active(const llm_gate *g) { return g->active; }
 

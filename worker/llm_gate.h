@@ -28,6 +28,7 @@ typedef struct llm_gate_lane llm_gate_lane;
 typedef struct llm_gate_node {
     struct llm_gate_node *next;
     llm_gate_lane *lane; /* set by llm_gate_push; llm_gate_leave takes it */
+    int probe;           /* started while its lane was held (llm_gate_hold) */
 } llm_gate_node;
 
 /* Called for each call let through (the node leaves the gate's queue;
@@ -65,14 +66,18 @@ int llm_gate_leave(llm_gate *g, llm_gate_node *n, long status, long retry_after_
 
 /* n's call (not yet left) found the account refused (a spent quota, a
  * refused key): n's lane pauses until until_ms, then lets one call
- * through at a time (the probe) until one of its calls leaves with a 2xx,
- * when the lane goes on as before the hold (its limit unchanged).  Calls
- * already running finish as they will; each refused one may hold again.
- * Returns 1 when the lane was not held before, else 0. */
+ * through at a time (the probe) until a call started while held leaves
+ * with a 2xx, when the lane goes on as before the hold (its limit
+ * unchanged).  A 2xx of a call started before the hold proves nothing:
+ * it was let in before the account ran out.  Calls already running
+ * finish as they will; each refused one may hold again.  Returns 1 when
+ * the lane was not held before, else 0. */
 int llm_gate_hold(llm_gate *g, llm_gate_node *n, uint64_t until_ms);
 
 /* Whether n's lane is held (n queued or running; 0 when n is in no lane). */
 int llm_gate_held(const llm_gate_node *n);
+/* Whether model's lane is held (0 when it has none yet). */
+int llm_gate_model_held(const llm_gate *g, const char *model);
 
 /* Calls in flight, in all lanes. */
 size_t llm_gate_active(const llm_gate *g);

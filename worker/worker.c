@@ -1375,7 +1375,7 @@ static void account_hold(wjob *j) {
                  j->error, w->account_pause);
     w->m.account_holds++;
     gate_leave(j, 0, -1);
-    call_llm(j);
+    call_llm(j); /* while stopping, call_llm lets it go (held_model) */
 }
 
 static void on_llm_done(void *ud, const llm_response *resp) {
@@ -1520,6 +1520,8 @@ static void submit_now(wjob *j) {
 static void rate_pump(rate_queue *q);
 static void rate_alone_cb(uv_timer_t *t);
 static void gate_enter(wjob *j);
+static int held_model(const wjob *j);
+static void let_go_unstarted(wjob *j);
 
 /* The queue of a bucket pair, made on first use; NULL past
  * RATE_QUEUES_MAX models or out of memory. */
@@ -1570,10 +1572,50 @@ static void rate_left_gate(wjob *j) {
     rate_pump(q);
 }
 
+/* Takes j out of its rate queue (anywhere in it: not the head while it
+ * asks Redis, whose reply comes to it). */
+static void rate_unqueue(wjob *j) {
+    rate_queue *q = j->rate_q;
+    wjob *prev = NULL, *it = q->head;
+    while (it && it != j) {
+        prev = it;
+        it = it->rate_next;
+    }
+    if (it) {
+        if (prev) prev->rate_next = j->rate_next;
+        else q->head = j->rate_next;
+        if (q->tail == j) q->tail = prev;
+    }
+    j->rate_next = NULL;
+    j->rate_q = NULL;
+    if (q->head == NULL) q->tail = NULL;
+}
+
+static int past_deadline(const wjob *j) { return j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms; }
+
+/* A job's deadline came while it waited in its rate queue: a queue moves
+ * only as its jobs leave the gate, which can take hours when the lane is
+ * held for the account.  The job ends now (deadline_before_call).  The
+ * head asking Redis is left to the reply (on_rate looks). */
+static void rate_deadline_cb(uv_timer_t *t) {
+    wjob *j = t->data;
+    rate_queue *q = j->rate_q;
+    if (!q || j->gate_node.lane || (q->head == j && q->asking)) return;
+    rate_unqueue(j);
+    j->cost = 0; /* it took nothing */
+    deadline_before_call(j);
+    rate_pump(q);
+}
+
 static void rate_wait_cb(uv_timer_t *t) {
     wjob *j = t->data;
     rate_queue *q = j->rate_q;
     q->asking = 0;
+    if (past_deadline(j)) {
+        rate_unqueue(j);
+        j->cost = 0;
+        deadline_before_call(j);
+    }
     rate_pump(q);
 }
 
@@ -1582,12 +1624,28 @@ static void on_rate(void *ud, const state_reply *r) {
     /* Let through without taking from the bucket: nothing to give back
      * at settle, only what the call used to take. */
     if (r->verdict == STATE_ERROR) j->cost = 0;
-    if (r->verdict == STATE_ERROR || r->attempt <= 0) {
+    int granted = r->verdict == STATE_ERROR || r->attempt <= 0;
+    if (past_deadline(j)) {
+        rate_queue *q = j->rate_q;
+        if (q) {
+            q->asking = 0;
+            rate_unqueue(j);
+        }
+        if (!granted) j->cost = 0;
+        deadline_before_call(j); /* gives back what it took */
+        if (q) rate_pump(q);
+        return;
+    }
+    if (granted) {
         if (j->rate_q) rate_granted(j->rate_q);
         else gate_enter(j);
         return;
     }
-    uv_timer_start(&j->timer, j->rate_q ? rate_wait_cb : rate_alone_cb, (uint64_t)r->attempt, 0);
+    /* not past the job's deadline: rate_wait_cb looks then */
+    uint64_t wait = (uint64_t)r->attempt;
+    if (j->job.deadline_ms > 0 && (uint64_t)(j->job.deadline_ms - util_wall_ms()) < wait)
+        wait = (uint64_t)(j->job.deadline_ms - util_wall_ms());
+    uv_timer_start(&j->timer, j->rate_q ? rate_wait_cb : rate_alone_cb, wait, 0);
 }
 
 /* The head of q asks Redis, unless it is asking already. */
@@ -1617,7 +1675,15 @@ static void rate_alone(wjob *j) {
     }
 }
 
-static void rate_alone_cb(uv_timer_t *t) { rate_alone(t->data); }
+static void rate_alone_cb(uv_timer_t *t) {
+    wjob *j = t->data;
+    if (past_deadline(j)) {
+        j->cost = 0;
+        deadline_before_call(j);
+        return;
+    }
+    rate_alone(j);
+}
 
 static void rate_acquire(wjob *j) {
     worker *w = j->w;
@@ -1640,6 +1706,12 @@ static void rate_acquire(wjob *j) {
     if (q->tail) q->tail->rate_next = j;
     else q->head = j;
     q->tail = j;
+    /* before the pump: asking, the head may be let in at once, and
+     * gate_enter arms the timer anew */
+    if (j->job.deadline_ms > 0) {
+        int64_t left = j->job.deadline_ms - util_wall_ms();
+        uv_timer_start(&j->timer, rate_deadline_cb, left > 0 ? (uint64_t)left : 0, 0);
+    }
     rate_pump(q);
 }
 
@@ -1681,6 +1753,10 @@ static void gate_enter(wjob *j) {
     if (llm_gate_push(w->gate, j->model, &j->gate_node)) {
         rate_left_gate(j);
         call_failed(j, "out of memory at the LLM gate");
+        return;
+    }
+    if (held_model(j)) {
+        let_go_unstarted(j);
         return;
     }
     if (j->job.deadline_ms > 0) {
@@ -1728,6 +1804,10 @@ static void call_llm(wjob *j) {
      * completion budget; settled against real usage afterwards. */
     j->cost_raw = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
     j->cost = j->cost_raw;
+    if (held_model(j)) {
+        job_abandon(j);
+        return;
+    }
     if (w->rl_on) rate_acquire(j);
     else gate_enter(j);
 }
@@ -1759,12 +1839,34 @@ static int may_abandon(const wjob *j) {
     return (j->stage == STAGE_WAIT || j->stage == STAGE_BEGIN) && uv_is_active((const uv_handle_t *)&j->timer);
 }
 
-/* A job waiting at the gate of a lane held for the account
- * (llm.on_account_error=pause) may wait for hours: while stopping it goes
- * too, uncommitted, rather than hold the drain for its whole timeout.  It
- * has no call running (j->call), but its node is in a lane. */
-static int held_at_gate(const wjob *j) {
-    return j->stage == STAGE_LLM && !j->call && llm_gate_held(&j->gate_node);
+/* While stopping, a job of a model held for the account
+ * (llm.on_account_error=pause) may wait for hours before its call: it
+ * goes, uncommitted, rather than hold the drain for its whole timeout.
+ * Its claim lapses with this process's lease, and whoever reads the
+ * message next takes the attempt over.  This covers the jobs waiting when
+ * the signal came (on_signal) and those that come to the held lane after
+ * it: a refused probe, a backoff ended, a job let in by its rate queue. */
+static int held_model(const wjob *j) { return j->w->stopping && llm_gate_model_held(j->w->gate, j->model); }
+
+/* Waiting before its call, at the gate or in its rate queue (not the
+ * queue's head while it asks Redis: the reply comes to it). */
+static int unstarted(const wjob *j) {
+    if (j->stage != STAGE_LLM || j->call) return 0;
+    if (j->gate_node.lane) return 1;
+    return j->rate_q && !(j->rate_q->head == j && j->rate_q->asking);
+}
+
+/* j, unstarted, leaves the gate or its rate queue (its tokens, if it took
+ * any, given back) and is let go. */
+static void let_go_unstarted(wjob *j) {
+    uv_timer_stop(&j->timer); /* a deadline's */
+    if (!llm_gate_cancel(j->w->gate, &j->gate_node)) {
+        rate_settle(j, 0, 0);
+        rate_left_gate(j);
+    } else if (j->rate_q) {
+        rate_unqueue(j);
+    }
+    job_abandon(j);
 }
 
 static void begin_retry_timer(uv_timer_t *t) {
@@ -2286,23 +2388,19 @@ static void on_signal(uv_signal_t *s, int signum) {
      * again, hold nothing: they go now (uncommitted).  One reading a lease
      * goes when the reply comes. */
     size_t nwait = 0;
-    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || held_at_gate(j);
+    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || (unstarted(j) && held_model(j));
     wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
     nwait = 0;
     for (wjob *j = w->jobs; j && waiting; j = j->next)
-        if (may_abandon(j) || held_at_gate(j)) waiting[nwait++] = j;
+        if (may_abandon(j) || (unstarted(j) && held_model(j))) waiting[nwait++] = j;
     /* (a waiting job is never another's parked duplicate) */
     for (size_t i = 0; i < nwait; i++) {
         wjob *j = waiting[i];
-        if (j->stage == STAGE_LLM) {
-            if (llm_gate_cancel(w->gate, &j->gate_node)) continue; /* not waiting after all */
-            /* its claim lapses with this process's lease: whoever reads
-             * the message next takes the attempt over */
-            uv_timer_stop(&j->timer);
-            rate_settle(j, 0, 0);
-            rate_left_gate(j);
-        }
-        job_abandon(j);
+        /* one let go may have let another in at the gate (its rate queue
+         * moved on), which gate_enter let go already */
+        if (j->stage == STAGE_DONE) continue;
+        if (j->stage != STAGE_LLM) job_abandon(j);
+        else if (unstarted(j)) let_go_unstarted(j); /* not if it asks Redis now: gate_enter lets it go */
     }
     free(waiting);
     kafka_io_stop_consuming(w->kio);

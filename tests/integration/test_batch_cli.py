@@ -1492,9 +1492,24 @@ def test_report_prices_the_prompt_cache_apart(stack):
     rep = report("--set", "pricing.claude-x.cache_read=1.5", "--set", "pricing.claude-x.cache_write=3")
     assert rep["cost_usd"] == pytest.approx((plain * 3 + 2000 * 1.5 + 100 * 3 + 14 * 15) / 1e6)
     assert rep["cache_priced_as_input"] == []
+    # a price for what was read, none for what was written: the writes
+    # go at the input price, and the report says so; with no writes, not
+    rep = report("--set", "pricing.claude-x.cache_read=1.5")
+    assert rep["cost_usd"] == pytest.approx((plain * 3 + 2000 * 1.5 + 100 * 3 + 14 * 15) / 1e6)
+    assert rep["cache_priced_as_input"] == ["claude-x"]
     # the human form says it
     p = retort(stack, "report", "pc", *prices)
     assert p.returncode == 0, p.stderr
     assert "of the prompt tokens, 2000 read from the provider's prompt cache and 100 written to it" in p.stdout
     assert "cached tokens priced as input for: claude-x (set pricing.MODEL.cache_read" in p.stdout
     assert "%.4f" % ((2409 * 3 + 14 * 15) / 1e6) in p.stdout
+    # a model with reads and a price for them, and no writes: nothing priced as input
+    r.rpush("retort:job:{pc-2}:history", json.dumps(
+        {"attempt": 2, "outcome": "valid", "violations": [], "value": {}, "model": "gpt-y",
+         "usage": {"prompt_tokens": 1000, "completion_tokens": 0, "cache_read_tokens": 800}}))
+    rep = report("--set", "pricing.claude-x.cache_read=1.5", "--set", "pricing.claude-x.cache_write=3",
+                 "--set", "pricing.gpt-y.input=1", "--set", "pricing.gpt-y.output=1",
+                 "--set", "pricing.gpt-y.cache_read=0.25")
+    assert rep["cache_priced_as_input"] == []
+    gpt = [m for m in rep["models"] if m["model"] == "gpt-y"][0]
+    assert gpt["cost_usd"] == pytest.approx((200 * 1 + 800 * 0.25) / 1e6)

@@ -530,3 +530,52 @@ def test_a_refused_account_holds_its_model_under_pause(stack):
         finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] in parked]
         assert sorted(f["job_id"] for f in finals) == sorted(parked) and all(f["attempts"] == 1 for f in finals)
         assert stack.stop_worker(w2) == 0
+
+
+def test_a_held_model_with_rate_limits_ends_deadlines_and_stops_at_once(stack):
+    """Under llm.on_account_error=pause with shared rate limits, most of a
+    held model's jobs wait in its rate queue, which moves only as jobs
+    leave the gate: a job's deadline there ends it when it comes (it
+    waited behind the hold), and a stop while the one probe is out lets
+    every waiting job go, the probe's too when it comes back refused,
+    instead of waiting out the drain (30 s)."""
+    inflight = []
+
+    class Spent(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            inflight.append(self.headers["X-Retort-Job-Id"])
+            time.sleep(1.5)
+            send_json(self, 429, {"error": {"message": "You exceeded your current quota.",
+                                            "type": "insufficient_quota", "code": "insufficient_quota"}})
+            inflight.remove(self.headers["X-Retort-Job-Id"])
+
+    with own_llm(Spent) as url:
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.on_account_error=pause",
+                               "--set", "llm.account_pause_ms=1000", "--set", "ratelimit.rpm=6000",
+                               "--set", "llm.max_inflight=4", "--set", "worker.max_jobs=40")
+        stack.wait_log(w.name, "assigned")
+        tag = uuid.uuid4().hex[:6]
+        schema = {"type": "object"}
+        ids = ["held-rl-%s-%d" % (tag, i) for i in range(20)]
+        late = "held-rl-%s-deadline" % tag
+        stack.produce_jobs([job(j, schema=schema) for j in ids])
+        stack.wait_log(w.name, "its calls are held")
+        soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=3)
+        stack.produce_jobs([job(late, schema=schema, deadline=soon.isoformat())])
+        outs = stack.wait_outcomes([late], timeout=30)
+        ended = [m["value"] for m in outs if m["value"]["job_id"] == late][0]
+        assert ended["category"] == "budget", ended
+        done = datetime.datetime.fromisoformat(ended["finished_at"].replace("Z", "+00:00"))
+        # behind the hold, its turn would have come a pause per job ahead of it, long after
+        assert (done - soon).total_seconds() < 4, (done - soon).total_seconds()
+        # a stop while the probe is out
+        deadline = time.time() + 10
+        while not inflight:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        assert stack.stop_worker(w, timeout=20) == 0
+        log = stack.worker_log(w.name)
+        assert "drain timeout" not in log and "; 0 jobs unfinished" in log, log
+        assert not [m for m in stack.consume("retort.final") + stack.consume("retort.escalations")
+                    if m["value"]["job_id"] in ids]
