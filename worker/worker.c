@@ -95,6 +95,7 @@ typedef struct wjob {
     long cost_raw;           /* the estimate from its size alone */
     llm_gate_node gate_node; /* waiting at the gate, then its lane's while the call runs */
     struct wjob *rate_next;  /* in its rate queue, behind the one asking */
+    int rate_waiting;        /* its rate ask said wait: j->timer runs it again (no Redis op pending) */
     struct rate_queue *rate_q; /* the queue it waited in (NULL: none) */
     uv_timer_t timer;
     int tries;
@@ -1360,6 +1361,7 @@ static void rate_settle(wjob *j, long used, int learn) {
 }
 
 static void call_llm(wjob *j);
+static void let_go_waiting(worker *w);
 
 /* A call the account refused, under llm.on_account_error=pause: the
  * model's lane is held (one call a pause tries the account, llm_gate.h)
@@ -1376,6 +1378,8 @@ static void account_hold(wjob *j) {
     w->m.account_holds++;
     gate_leave(j, 0, -1);
     call_llm(j); /* while stopping, call_llm lets it go (held_model) */
+    /* and the model's other jobs: the lane may be held only now */
+    if (w->stopping) let_go_waiting(w);
 }
 
 static void on_llm_done(void *ud, const llm_response *resp) {
@@ -1593,6 +1597,15 @@ static void rate_unqueue(wjob *j) {
 
 static int past_deadline(const wjob *j) { return j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms; }
 
+/* A deadline timer came (the loop's clock, in whole ms, against the wall
+ * clock of the deadline): 1 when the deadline has passed, else the timer
+ * is armed again for what is left (or conclude would not see it passed). */
+static int deadline_due(wjob *j, uv_timer_cb cb) {
+    if (past_deadline(j)) return 1;
+    uv_timer_start(&j->timer, cb, (uint64_t)(j->job.deadline_ms - util_wall_ms()) + 1, 0);
+    return 0;
+}
+
 /* A job's deadline came while it waited in its rate queue: a queue moves
  * only as its jobs leave the gate, which can take hours when the lane is
  * held for the account.  The job ends now (deadline_before_call).  The
@@ -1601,6 +1614,7 @@ static void rate_deadline_cb(uv_timer_t *t) {
     wjob *j = t->data;
     rate_queue *q = j->rate_q;
     if (!q || j->gate_node.lane || (q->head == j && q->asking)) return;
+    if (!deadline_due(j, rate_deadline_cb)) return;
     rate_unqueue(j);
     j->cost = 0; /* it took nothing */
     deadline_before_call(j);
@@ -1611,6 +1625,7 @@ static void rate_wait_cb(uv_timer_t *t) {
     wjob *j = t->data;
     rate_queue *q = j->rate_q;
     q->asking = 0;
+    j->rate_waiting = 0;
     if (past_deadline(j)) {
         rate_unqueue(j);
         j->cost = 0;
@@ -1645,6 +1660,7 @@ static void on_rate(void *ud, const state_reply *r) {
     uint64_t wait = (uint64_t)r->attempt;
     if (j->job.deadline_ms > 0 && (uint64_t)(j->job.deadline_ms - util_wall_ms()) < wait)
         wait = (uint64_t)(j->job.deadline_ms - util_wall_ms());
+    j->rate_waiting = 1;
     uv_timer_start(&j->timer, j->rate_q ? rate_wait_cb : rate_alone_cb, wait, 0);
 }
 
@@ -1677,6 +1693,7 @@ static void rate_alone(wjob *j) {
 
 static void rate_alone_cb(uv_timer_t *t) {
     wjob *j = t->data;
+    j->rate_waiting = 0;
     if (past_deadline(j)) {
         j->cost = 0;
         deadline_before_call(j);
@@ -1739,6 +1756,7 @@ static void gate_start(llm_gate_node *n, void *ud) {
  * it ends now, as budget, not when the gate would have let it through. */
 static void gate_deadline_cb(uv_timer_t *t) {
     wjob *j = t->data;
+    if (!deadline_due(j, gate_deadline_cb)) return;
     if (llm_gate_cancel(j->w->gate, &j->gate_node)) return; /* started: gate_start stops this timer */
     rate_left_gate(j);
     deadline_before_call(j);
@@ -1772,6 +1790,7 @@ static void gate_leave(wjob *j, long status, long retry_after_ms) {
     worker *w = j->w;
     double before = 0, after = 0;
     int held = status >= 200 && status < 300 && llm_gate_held(&j->gate_node);
+    if (held) held = !!j->gate_node.probe; /* a call let in before the hold lifts nothing */
     if (llm_gate_leave(w->gate, &j->gate_node, status, retry_after_ms, util_mono_ms(), &before, &after))
         log_warn(j->job.job_id, j->job.attempt, "rate limited (429) on model %s: concurrency limit %.0f -> %.0f",
                  j->model, before, after);
@@ -1848,25 +1867,57 @@ static int may_abandon(const wjob *j) {
  * it: a refused probe, a backoff ended, a job let in by its rate queue. */
 static int held_model(const wjob *j) { return j->w->stopping && llm_gate_model_held(j->w->gate, j->model); }
 
-/* Waiting before its call, at the gate or in its rate queue (not the
- * queue's head while it asks Redis: the reply comes to it). */
+/* Waiting before its call with no Redis op of its own pending: at the
+ * gate, in its rate queue (not while it asks Redis: the reply comes to
+ * it), told by the rate limiter to wait, or in a backoff. */
 static int unstarted(const wjob *j) {
+    if (j->stage == STAGE_BACKOFF) return uv_is_active((const uv_handle_t *)&j->timer);
     if (j->stage != STAGE_LLM || j->call) return 0;
-    if (j->gate_node.lane) return 1;
+    if (j->gate_node.lane || j->rate_waiting) return 1;
     return j->rate_q && !(j->rate_q->head == j && j->rate_q->asking);
 }
 
 /* j, unstarted, leaves the gate or its rate queue (its tokens, if it took
  * any, given back) and is let go. */
 static void let_go_unstarted(wjob *j) {
-    uv_timer_stop(&j->timer); /* a deadline's */
+    rate_queue *q = NULL;
+    uv_timer_stop(&j->timer); /* a deadline's, a rate wait's or a backoff's */
     if (!llm_gate_cancel(j->w->gate, &j->gate_node)) {
         rate_settle(j, 0, 0);
         rate_left_gate(j);
     } else if (j->rate_q) {
+        q = j->rate_q;
+        if (j->rate_waiting) q->asking = 0; /* the head's wait: no reply to come */
         rate_unqueue(j);
     }
+    j->rate_waiting = 0;
     job_abandon(j);
+    if (q) rate_pump(q);
+}
+
+/* While stopping: the messages that hold nothing go now (uncommitted):
+ * those waiting for another worker's attempt or to ask Redis again, and
+ * the jobs of a held model before their calls.  Run at the signal, and
+ * again when a model's lane is held after it. */
+static void let_go_waiting(worker *w) {
+    size_t nwait = 0;
+    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || (unstarted(j) && held_model(j));
+    wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
+    nwait = 0;
+    for (wjob *j = w->jobs; j && waiting; j = j->next)
+        if (may_abandon(j) || (unstarted(j) && held_model(j))) waiting[nwait++] = j;
+    /* (a waiting job is never another's parked duplicate) */
+    for (size_t i = 0; i < nwait; i++) {
+        wjob *j = waiting[i];
+        /* One let go may have let another in at the gate (its rate queue
+         * moved on), which gate_enter let go already, or made it ask
+         * Redis: looked at again.  A freed job's memory lasts until its
+         * timer's close callback, on a later turn of the loop. */
+        if (j->stage == STAGE_DONE) continue;
+        if (may_abandon(j)) job_abandon(j);
+        else if (unstarted(j) && held_model(j)) let_go_unstarted(j);
+    }
+    free(waiting);
 }
 
 static void begin_retry_timer(uv_timer_t *t) {
@@ -2384,25 +2435,8 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     log_info(NULL, 0, "signal %d: draining %zu in-flight jobs", signum, w->inflight);
     w->stopping = 1;
-    /* Messages waiting for another worker's attempt, or to ask Redis
-     * again, hold nothing: they go now (uncommitted).  One reading a lease
-     * goes when the reply comes. */
-    size_t nwait = 0;
-    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || (unstarted(j) && held_model(j));
-    wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
-    nwait = 0;
-    for (wjob *j = w->jobs; j && waiting; j = j->next)
-        if (may_abandon(j) || (unstarted(j) && held_model(j))) waiting[nwait++] = j;
-    /* (a waiting job is never another's parked duplicate) */
-    for (size_t i = 0; i < nwait; i++) {
-        wjob *j = waiting[i];
-        /* one let go may have let another in at the gate (its rate queue
-         * moved on), which gate_enter let go already */
-        if (j->stage == STAGE_DONE) continue;
-        if (j->stage != STAGE_LLM) job_abandon(j);
-        else if (unstarted(j)) let_go_unstarted(j); /* not if it asks Redis now: gate_enter lets it go */
-    }
-    free(waiting);
+    /* One reading a lease goes when the reply comes. */
+    let_go_waiting(w);
     kafka_io_stop_consuming(w->kio);
     /* Parked duplicates are not started anymore: they hold no LLM call. */
     uv_timer_start(&w->drain_timer, drain_timeout,

@@ -532,15 +532,9 @@ def test_a_refused_account_holds_its_model_under_pause(stack):
         assert stack.stop_worker(w2) == 0
 
 
-def test_a_held_model_with_rate_limits_ends_deadlines_and_stops_at_once(stack):
-    """Under llm.on_account_error=pause with shared rate limits, most of a
-    held model's jobs wait in its rate queue, which moves only as jobs
-    leave the gate: a job's deadline there ends it when it comes (it
-    waited behind the hold), and a stop while the one probe is out lets
-    every waiting job go, the probe's too when it comes back refused,
-    instead of waiting out the drain (30 s)."""
-    inflight = []
-
+def spent_slowly(inflight):
+    """An LLM whose account's quota is spent, answering after 1.5 s; the
+    job ids of the calls it is answering are in inflight."""
     class Spent(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
@@ -549,8 +543,42 @@ def test_a_held_model_with_rate_limits_ends_deadlines_and_stops_at_once(stack):
             send_json(self, 429, {"error": {"message": "You exceeded your current quota.",
                                             "type": "insufficient_quota", "code": "insufficient_quota"}})
             inflight.remove(self.headers["X-Retort-Job-Id"])
+    return Spent
 
-    with own_llm(Spent) as url:
+
+def test_a_stop_before_the_hold_lets_the_waiting_jobs_go_once_it_comes(stack):
+    """A stop while the first calls are out, before any was refused: the
+    model is not held yet, so its waiting jobs stay.  When the calls come
+    back refused and hold the lane, those jobs go too, rather than one a
+    pause (here the default, 60 s) as probes, past the drain's 30 s."""
+    inflight = []
+    with own_llm(spent_slowly(inflight)) as url:
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.on_account_error=pause",
+                               "--set", "llm.max_inflight=4", "--set", "worker.max_jobs=40")
+        stack.wait_log(w.name, "assigned")
+        ids = ["pre-hold-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(20)]
+        stack.produce_jobs([job(j, schema={"type": "object"}) for j in ids])
+        deadline = time.time() + 20
+        while len(inflight) < 4:
+            assert time.time() < deadline, inflight
+            time.sleep(0.02)
+        assert "its calls are held" not in stack.worker_log(w.name)
+        assert stack.stop_worker(w, timeout=20) == 0
+        log = stack.worker_log(w.name)
+        assert "its calls are held" in log and "drain timeout" not in log and "; 0 jobs unfinished" in log, log
+        assert not [m for m in stack.consume("retort.final") + stack.consume("retort.escalations")
+                    if m["value"]["job_id"] in ids]
+
+
+def test_a_held_model_with_rate_limits_ends_deadlines_and_stops_at_once(stack):
+    """Under llm.on_account_error=pause with shared rate limits, most of a
+    held model's jobs wait in its rate queue, which moves only as jobs
+    leave the gate: a job's deadline there ends it when it comes (it
+    waited behind the hold), and a stop while the one probe is out lets
+    every waiting job go, the probe's too when it comes back refused,
+    instead of waiting out the drain (30 s)."""
+    inflight = []
+    with own_llm(spent_slowly(inflight)) as url:
         w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.on_account_error=pause",
                                "--set", "llm.account_pause_ms=1000", "--set", "ratelimit.rpm=6000",
                                "--set", "llm.max_inflight=4", "--set", "worker.max_jobs=40")
