@@ -193,7 +193,8 @@ static cJSON *top_list(const batch_tally *t, const char *name, size_t top) {
 static void add_replaced(report *rp, const redisReply *h, long long *replaced_attempts,
                          long long *replaced_prompt, long long *replaced_completion) {
     static const char pp[] = "replaced_prompt_tokens.", cp[] = "replaced_completion_tokens.",
-                      ap[] = "replaced_attempts.";
+                      ap[] = "replaced_attempts.", rp_[] = "replaced_cache_read_tokens.",
+                      wp[] = "replaced_cache_write_tokens.";
     for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
         const char *k = h->element[i]->str;
         long long v = batch_util_reply_ll(h->element[i + 1], 0);
@@ -209,6 +210,10 @@ static void add_replaced(report *rp, const redisReply *h, long long *replaced_at
         } else if (!strncmp(k, cp, sizeof(cp) - 1)) {
             tally_bad(rp, batch_tally_add(rp->completion, k + sizeof(cp) - 1, v));
             *replaced_completion += v;
+        } else if (!strncmp(k, rp_, sizeof(rp_) - 1)) {
+            tally_bad(rp, batch_tally_add(rp->cache_read, k + sizeof(rp_) - 1, v));
+        } else if (!strncmp(k, wp, sizeof(wp) - 1)) {
+            tally_bad(rp, batch_tally_add(rp->cache_write, k + sizeof(wp) - 1, v));
         }
     }
 }

@@ -1103,7 +1103,8 @@ done:
 
 /* Resets one escalated job, atomically with the batch's counters, and only
  * if it is still escalated.  What its attempts cost is kept on the batch
- * (replaced_*), since its history goes.  The job's hash keeps only the
+ * (replaced_*: tokens by model, the prompt's cached ones apart), since its
+ * history goes.  The job's hash keeps only the
  * next run's number, which the job is produced with: its events get ids
  * of their own, and the worker takes a late message of the earlier run
  * for stale.  A job reset before whose run has not begun (status
@@ -1131,6 +1132,11 @@ static const char script_reset[] =
     "        local c = tonumber(u['completion_tokens']) or 0\n"
     "        redis.call('HINCRBY', KEYS[3], 'replaced_prompt_tokens.' .. m, string.format('%d', p))\n"
     "        redis.call('HINCRBY', KEYS[3], 'replaced_completion_tokens.' .. m, string.format('%d', c))\n"
+    "        -- of the prompt, what the provider's cache priced apart\n"
+    "        for _, k in ipairs({'cache_read_tokens', 'cache_write_tokens'}) do\n"
+    "          local n = tonumber(u[k]) or 0\n"
+    "          if n > 0 then redis.call('HINCRBY', KEYS[3], 'replaced_' .. k .. '.' .. m, string.format('%d', n)) end\n"
+    "        end\n"
     "      end\n"
     "    end\n"
     "    redis.call('HINCRBY', KEYS[3], 'replaced_attempts', 1)\n"

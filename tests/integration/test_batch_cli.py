@@ -1513,3 +1513,31 @@ def test_report_prices_the_prompt_cache_apart(stack):
     assert rep["cache_priced_as_input"] == []
     gpt = [m for m in rep["models"] if m["model"] == "gpt-y"][0]
     assert gpt["cost_usd"] == pytest.approx((200 * 1 + 800 * 0.25) / 1e6)
+
+
+def test_report_keeps_the_cache_split_of_runs_replaced_by_resubmit(stack):
+    """retort resubmit keeps what a replaced run cost on the batch, its
+    history gone: the prompt tokens read from the provider's cache stay
+    apart there too, and the report prices them as such.  Before, they
+    went back as plain prompt tokens, at the full input price."""
+    path, _ = write_jobs(stack, 2, name="cached.jsonl")
+    batch, _ = submit(stack, path)
+    ids = batch_ids(stack, batch)
+    r = stack.redis_client()
+    for j in ids:
+        r.hset("retort:job:{%s}" % j, mapping={"status": "escalated", "attempt": 1, "batch_id": batch})
+        r.rpush("retort:job:{%s}:history" % j, json.dumps(
+            {"attempt": 1, "outcome": "invalid", "category": "invalid", "reason": "x", "violations": [],
+             "model": "claude-x", "usage": {"prompt_tokens": 1100, "completion_tokens": 10,
+                                            "cache_read_tokens": 1000, "cache_write_tokens": 50}}))
+    r.hincrby("retort:batch:{%s}" % batch, "escalated", 2)
+    p = retort(stack, "resubmit", batch, "--escalated")
+    assert p.returncode == 0, p.stderr
+    assert r.hget("retort:batch:{%s}" % batch, "replaced_cache_read_tokens.claude-x") == "2000"
+    p = retort(stack, "report", batch, "--json", "--set", "llm.provider=anthropic",
+               "--set", "pricing.claude-x.input=3", "--set", "pricing.claude-x.output=15")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["replaced_by_resubmit"]["prompt_tokens"] == 2200
+    assert (rep["tokens"]["cache_read"], rep["tokens"]["cache_write"]) == (2000, 100)
+    assert rep["cost_usd"] == pytest.approx((100 * 3 + 2000 * 0.3 + 100 * 3.75 + 20 * 15) / 1e6)
