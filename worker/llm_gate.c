@@ -10,7 +10,7 @@ struct llm_gate_lane {
     size_t active, waiting;
     double limit;
     uint64_t paused_until_ms, last_decrease_ms;
-    int held;                   /* llm_gate_hold: one call at a time until a 2xx */
+    int held;                   /* llm_gate_hold: one call at a time until a probe's 2xx */
 };
 
 struct llm_gate {

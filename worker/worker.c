@@ -1789,12 +1789,12 @@ static void gate_enter(wjob *j) {
 static void gate_leave(wjob *j, long status, long retry_after_ms) {
     worker *w = j->w;
     double before = 0, after = 0;
-    int held = status >= 200 && status < 300 && llm_gate_held(&j->gate_node);
-    if (held) held = !!j->gate_node.probe; /* a call let in before the hold lifts nothing */
+    /* a probe's 2xx lifts a hold (llm_gate_leave); a call let in before it, nothing */
+    int lifts = status >= 200 && status < 300 && j->gate_node.probe && llm_gate_held(&j->gate_node);
     if (llm_gate_leave(w->gate, &j->gate_node, status, retry_after_ms, util_mono_ms(), &before, &after))
         log_warn(j->job.job_id, j->job.attempt, "rate limited (429) on model %s: concurrency limit %.0f -> %.0f",
                  j->model, before, after);
-    if (held) log_info(j->job.job_id, j->job.attempt, "model %s: answered again: its held calls go on", j->model);
+    if (lifts) log_info(j->job.job_id, j->job.attempt, "model %s: answered again: its held calls go on", j->model);
     gate_pump(w);
 }
 
