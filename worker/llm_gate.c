@@ -194,13 +194,6 @@ int llm_gate_hold(llm_gate *g, llm_gate_node *n, uint64_t until_ms) {
 
 int llm_gate_held(const llm_gate_node *n) { return n->lane ? n->lane->held : 0; }
 
-int llm_gate_model_held(const llm_gate *g, const char *model) {
-    for (size_t i = 0; i < g->nlanes; i++)
-        if (!strcmp(g->lanes[i]->model, model ? model : "")) return g->lanes[i]->held;
-    /* past the named lanes, the shared one */
-    return g->nlanes == LLM_GATE_LANES_MAX ? g->lanes[LLM_GATE_LANES_MAX - 1]->held : 0;
-}
-
 size_t llm_gate_active(const llm_gate *g) { return g->active; }
 
 size_t llm_gate_lanes(const llm_gate *g) { return g->nlanes; }

@@ -76,8 +76,6 @@ int llm_gate_hold(llm_gate *g, llm_gate_node *n, uint64_t until_ms);
 
 /* Whether n's lane is held (n queued or running; 0 when n is in no lane). */
 int llm_gate_held(const llm_gate_node *n);
-/* Whether model's lane is held (0 when it has none yet). */
-int llm_gate_model_held(const llm_gate *g, const char *model);
 
 /* Calls in flight, in all lanes. */
 size_t llm_gate_active(const llm_gate *g);

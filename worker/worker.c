@@ -1217,6 +1217,13 @@ static void conclude(wjob *j, long retry_after_ms, int should_retry) {
             j->cat = DECIDE_CAT_BUDGET;
         }
     }
+    if (j->action == DECIDE_RETRY_IN_PLACE && w->stopping) {
+        /* the call goes again on the job's next owner (let_go_waiting) */
+        log_info(j->job.job_id, j->job.attempt, "%s; stopping: left to the job's next owner (%s)", j->reason,
+                 j->error);
+        job_abandon(j);
+        return;
+    }
     if (j->action == DECIDE_RETRY_IN_PLACE) {
         uint64_t delay = (uint64_t)w->backoff_base << (j->tries < 20 ? j->tries : 20);
         if (delay > (uint64_t)w->backoff_max) delay = (uint64_t)w->backoff_max;
@@ -1361,7 +1368,6 @@ static void rate_settle(wjob *j, long used, int learn) {
 }
 
 static void call_llm(wjob *j);
-static void let_go_waiting(worker *w);
 
 /* A call the account refused, under llm.on_account_error=pause: the
  * model's lane is held (one call a pause tries the account, llm_gate.h)
@@ -1377,9 +1383,7 @@ static void account_hold(wjob *j) {
                  j->error, w->account_pause);
     w->m.account_holds++;
     gate_leave(j, 0, -1);
-    call_llm(j); /* while stopping, call_llm lets it go (held_model) */
-    /* and the model's other jobs: the lane may be held only now */
-    if (w->stopping) let_go_waiting(w);
+    call_llm(j); /* while stopping, call_llm lets it go */
 }
 
 static void on_llm_done(void *ud, const llm_response *resp) {
@@ -1524,7 +1528,6 @@ static void submit_now(wjob *j) {
 static void rate_pump(rate_queue *q);
 static void rate_alone_cb(uv_timer_t *t);
 static void gate_enter(wjob *j);
-static int held_model(const wjob *j);
 static void let_go_unstarted(wjob *j);
 
 /* The queue of a bucket pair, made on first use; NULL past
@@ -1773,7 +1776,7 @@ static void gate_enter(wjob *j) {
         call_failed(j, "out of memory at the LLM gate");
         return;
     }
-    if (held_model(j)) {
+    if (w->stopping) { /* let in by its rate queue after the stop */
         let_go_unstarted(j);
         return;
     }
@@ -1800,6 +1803,10 @@ static void gate_leave(wjob *j, long status, long retry_after_ms) {
 
 static void call_llm(wjob *j) {
     worker *w = j->w;
+    if (w->stopping) { /* no call starts after the stop (let_go_waiting) */
+        job_abandon(j);
+        return;
+    }
     j->stage = STAGE_LLM;
     int sends = llm_api_sends_schema(w->provider, w->rf, j->job.params);
     const char *schema_text = sends ? NULL : j->schema_text;
@@ -1823,10 +1830,6 @@ static void call_llm(wjob *j) {
      * completion budget; settled against real usage afterwards. */
     j->cost_raw = (long)(j->body ? j->body_len / 4 : 0) + w->max_tokens / 4;
     j->cost = j->cost_raw;
-    if (held_model(j)) {
-        job_abandon(j);
-        return;
-    }
     if (w->rl_on) rate_acquire(j);
     else gate_enter(j);
 }
@@ -1858,15 +1861,6 @@ static int may_abandon(const wjob *j) {
     return (j->stage == STAGE_WAIT || j->stage == STAGE_BEGIN) && uv_is_active((const uv_handle_t *)&j->timer);
 }
 
-/* While stopping, a job of a model held for the account
- * (llm.on_account_error=pause) may wait for hours before its call: it
- * goes, uncommitted, rather than hold the drain for its whole timeout.
- * Its claim lapses with this process's lease, and whoever reads the
- * message next takes the attempt over.  This covers the jobs waiting when
- * the signal came (on_signal) and those that come to the held lane after
- * it: a refused probe, a backoff ended, a job let in by its rate queue. */
-static int held_model(const wjob *j) { return j->w->stopping && llm_gate_model_held(j->w->gate, j->model); }
-
 /* Waiting before its call with no Redis op of its own pending: at the
  * gate, in its rate queue (not while it asks Redis: the reply comes to
  * it), told by the rate limiter to wait, or in a backoff. */
@@ -1895,17 +1889,22 @@ static void let_go_unstarted(wjob *j) {
     if (q) rate_pump(q);
 }
 
-/* While stopping: the messages that hold nothing go now (uncommitted):
+/* At the stop, the messages that hold nothing paid for go (uncommitted):
  * those waiting for another worker's attempt or to ask Redis again, and
- * the jobs of a held model before their calls.  Run at the signal, and
- * again when a model's lane is held after it. */
+ * the jobs waiting before their calls.  No call starts after the stop
+ * (call_llm, gate_enter, conclude): a call begun during the drain may
+ * outlast it (a lane paused by Retry-After, held for the account, at its
+ * limit behind calls of 30 s, a backoff) and then be paid for again by
+ * the job's next owner.  Their claims lapse with this process's lease
+ * (worker.lease_ms), and whoever reads the messages next takes the
+ * attempts over, nothing spent. */
 static void let_go_waiting(worker *w) {
     size_t nwait = 0;
-    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || (unstarted(j) && held_model(j));
+    for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || unstarted(j);
     wjob **waiting = nwait ? malloc(nwait * sizeof(*waiting)) : NULL;
     nwait = 0;
     for (wjob *j = w->jobs; j && waiting; j = j->next)
-        if (may_abandon(j) || (unstarted(j) && held_model(j))) waiting[nwait++] = j;
+        if (may_abandon(j) || unstarted(j)) waiting[nwait++] = j;
     /* (a waiting job is never another's parked duplicate) */
     for (size_t i = 0; i < nwait; i++) {
         wjob *j = waiting[i];
@@ -1915,7 +1914,7 @@ static void let_go_waiting(worker *w) {
          * timer's close callback, on a later turn of the loop. */
         if (j->stage == STAGE_DONE) continue;
         if (may_abandon(j)) job_abandon(j);
-        else if (unstarted(j) && held_model(j)) let_go_unstarted(j);
+        else if (unstarted(j)) let_go_unstarted(j);
     }
     free(waiting);
 }

@@ -757,6 +757,70 @@ def test_sigterm_drains_in_flight_jobs(stack):
     check_nothing_read_again(stack, "w-next")
 
 
+def calls_of(stack, ids):
+    """The mock LLM's calls so far of each job of ids (every attempt)."""
+    calls = stack.llm_stats()["calls"]
+    return {j: sum(n for k, n in calls.items() if k.rsplit(":", 1)[0] == j) for j in ids}
+
+
+def test_a_stop_starts_no_call(stack):
+    """After a SIGTERM the worker starts no LLM call: it finishes those
+    running, and the jobs waiting for theirs (here at the gate, behind 2
+    calls of 2 s) go at once, uncommitted.  A call started in the drain
+    could outlast it and be paid for again by the job's next owner.  The
+    next worker takes those jobs over (once the stopped one's lease
+    lapses), each called once in all."""
+    w = stack.start_worker("--set", "llm.max_inflight=2", "--set", "worker.max_jobs=10", name="w-nocall")
+    ids = [uid("nocall") for _ in range(8)]
+    stack.produce_jobs([job(j, directive="latency_ms=2000") for j in ids])
+    deadline = time.time() + 30
+    while sum(calls_of(stack, ids).values()) < 2:
+        assert time.time() < deadline, "no call started"
+        time.sleep(0.05)
+    assert stack.stop_worker(w) == 0
+    called = {j for j, n in calls_of(stack, ids).items() if n}
+    assert len(called) == 2, calls_of(stack, ids)
+    finals = [m["value"]["job_id"] for m in stack.outcomes() if m["value"]["job_id"] in ids]
+    assert sorted(finals) == sorted(called)
+    summary = stack.worker_summary("w-nocall")
+    assert (summary["final"], summary["unfinished"]) == (2, 0), summary
+    stack.start_worker(name="w-nocall-next")
+    stack.wait_outcomes(ids, timeout=60)
+    finals = [m["value"]["job_id"] for m in stack.outcomes() if m["value"]["job_id"] in ids]
+    assert sorted(finals) == sorted(ids)
+    assert calls_of(stack, ids) == {j: 1 for j in ids}
+
+
+def test_a_stop_ends_transient_retries(stack):
+    """A job in a backoff after a 503 when the stop comes, and one whose
+    call, running then, is answered 503 during the drain: neither is
+    called again by the stopping worker (the backoff, 4 s here, and the
+    call after it would hold the drain, and a call begun in it may outlast
+    it).  Both go, uncommitted, and the next worker makes their second
+    calls."""
+    w = stack.start_worker("--set", "llm.backoff_base_ms=4000", name="w-backoff")
+    waiting, running = uid("in-backoff"), uid("answered-503")
+    stack.produce_jobs([job(waiting, directive="http=503 times=1")])
+    stack.wait_log("w-backoff", "again in")
+    stack.produce_jobs([job(running, directive="http=503 times=1 latency_ms=1500")])
+    deadline = time.time() + 30
+    while not calls_of(stack, [running])[running]:
+        assert time.time() < deadline, "the second job was never called"
+        time.sleep(0.05)
+    assert stack.stop_worker(w) == 0
+    assert calls_of(stack, [waiting, running]) == {waiting: 1, running: 1}
+    assert not [m for m in stack.outcomes() if m["value"]["job_id"] in (waiting, running)]
+    left = [x for x in stack.log_lines("w-backoff") if "left to the job's next owner" in x["msg"]]
+    assert [x["job_id"] for x in left] == [running], left
+    summary = stack.worker_summary("w-backoff")
+    assert (summary["final"], summary["unfinished"]) == (0, 0), summary
+    stack.start_worker(name="w-backoff-next")
+    stack.wait_outcomes([waiting, running], timeout=60)
+    finals = [m["value"] for m in stack.consume("retort.final") if m["value"]["job_id"] in (waiting, running)]
+    assert sorted(f["job_id"] for f in finals) == sorted([waiting, running])
+    assert calls_of(stack, [waiting, running]) == {waiting: 2, running: 2}
+
+
 def test_the_delivered_mark_does_not_bring_back_an_expired_job(stack):
     """The mark that an outcome was delivered comes after the delivery
     report (here 3 s of linger later).  A job's state that expired (or was

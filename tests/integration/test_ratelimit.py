@@ -546,11 +546,12 @@ def spent_slowly(inflight):
     return Spent
 
 
-def test_a_stop_before_the_hold_lets_the_waiting_jobs_go_once_it_comes(stack):
+def test_a_stop_before_the_hold_lets_the_refused_jobs_go(stack):
     """A stop while the first calls are out, before any was refused: the
-    model is not held yet, so its waiting jobs stay.  When the calls come
-    back refused and hold the lane, those jobs go too, rather than one a
-    pause (here the default, 60 s) as probes, past the drain's 30 s."""
+    jobs waiting for their calls go at the stop (no call starts after it).
+    When the calls come back refused and hold the lane, their jobs go too,
+    rather than one a pause (here the default, 60 s) as probes, past the
+    drain's 30 s."""
     inflight = []
     with own_llm(spent_slowly(inflight)) as url:
         w = stack.start_worker("--set", "llm.base_url=%s/v1" % url, "--set", "llm.on_account_error=pause",
