@@ -98,6 +98,7 @@ struct llm_client {
     long timeout_ms, connect_timeout_ms;
     size_t max_response_bytes;
     int tls;               /* https URL: HTTP/2 may be offered (ALPN) */
+    int proxy_env;         /* a proxy variable is set: curl reads them per call */
     char *ca_file;         /* NULL: the system's CA store */
     size_t inflight;
     struct curl_slist *base_headers; /* the same for every call */
@@ -109,6 +110,20 @@ struct llm_client {
 };
 
 static void check_done(lane *ln);
+
+/* Whether the environment names a proxy curl could take for the LLM's URL.
+ * curl looks for one at every call (some five getenv calls, with a copy of
+ * each value found: about 1% of a job's instructions); with none set, each
+ * handle says "no proxy" itself and curl reads nothing.  With one set,
+ * curl's own rules (the scheme's variable, all_proxy, no_proxy) apply as
+ * before: the process's environment does not change while it runs. */
+static int proxy_env_set(void) {
+    static const char *const names[] = {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY",
+                                        "all_proxy", "ALL_PROXY"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (getenv(names[i])) return 1;
+    return 0;
+}
 
 static void poll_cb(uv_poll_t *handle, int status, int events) {
     sock_ctx *sc = handle->data;
@@ -399,6 +414,10 @@ static llm_call *call_new(llm_client *c) {
      * a longer answer takes a few more reads. */
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
     if (c->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
+    if (!c->proxy_env) { /* what curl would find in the environment */
+        curl_easy_setopt(e, CURLOPT_PROXY, "");
+        curl_easy_setopt(e, CURLOPT_NOPROXY, "");
+    }
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, c);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
@@ -517,6 +536,7 @@ llm_client *llm_client_new(uv_loop_t *loop, const llm_client_options *opts, char
         goto fail;
     }
     c->tls = !strncasecmp(c->url, "https://", 8);
+    c->proxy_env = proxy_env_set();
     if (opts->ca_file && opts->ca_file[0] && !(c->ca_file = strdup(opts->ca_file))) goto fail;
     if (opts->api_key && opts->api_key[0]) {
         int rc = opts->provider == LLM_PROVIDER_ANTHROPIC

@@ -472,6 +472,43 @@ def test_a_retry_after_beyond_any_integer_waits_the_longest_backoff(stack, heade
         assert stack.stop_worker(w) == 0
 
 
+class ForwardProxy(http.server.BaseHTTPRequestHandler):
+    """An HTTP proxy that answers each request itself: it keeps the request
+    line's target (a proxy is sent the absolute URL) and answers {}."""
+    targets = []
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        ForwardProxy.targets.append(self.path)
+        send_json(self, 200, chat_completion("{}"))
+
+
+def test_the_proxy_variables_are_honoured(stack):
+    """With no proxy variable set, each curl handle is told "no proxy" (curl
+    looked for one at every call); with one set, curl's rules apply: the
+    LLM's calls go through http_proxy, unless no_proxy names its host."""
+    unreachable = "http://127.0.0.1:%d/v1" % free_port()
+    ForwardProxy.targets = []
+    with own_llm(ForwardProxy) as proxy:
+        w = stack.start_worker("--set", "llm.base_url=%s" % unreachable, name="w-proxied",
+                               env={"http_proxy": proxy, "no_proxy": "", "NO_PROXY": ""})
+        jid = uid("proxied")
+        stack.produce_jobs([job(jid, schema={"type": "object"})])
+        stack.wait_outcomes([jid], timeout=30)
+        assert by_job(stack.consume("retort.final"), jid)
+        assert ForwardProxy.targets == [unreachable + "/chat/completions"], ForwardProxy.targets
+        assert stack.stop_worker(w) == 0
+        # no_proxy naming the LLM's host: straight to the mock LLM
+        w = stack.start_worker(name="w-not-proxied",
+                               env={"http_proxy": proxy, "no_proxy": "127.0.0.1", "NO_PROXY": ""})
+        jid = uid("not-proxied")
+        stack.produce_jobs([job(jid)])
+        stack.wait_outcomes([jid], timeout=30)
+        assert by_job(stack.consume("retort.final"), jid)
+        assert len(ForwardProxy.targets) == 1
+        assert stack.stop_worker(w) == 0
+
+
 def test_fenced_and_prose_answers_are_accepted(stack):
     stack.start_worker()
     ids = [uid("fence"), uid("prose")]
