@@ -685,7 +685,9 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
  * j. */
 static int continue_here(wjob *j, int claimed, long tokens_used) {
     worker *w = j->w;
-    /* a claim is run even when shutting down: the drain waits for it */
+    /* A claim made is taken up even when shutting down (the attempt is
+     * ours): n then goes at call_llm, uncommitted, as any job before its
+     * call after the stop, and the retry job's reader takes it over. */
     if (!j->in_map || (!claimed && (!w->retry_local || w->stopping || !state_connected(w->st)))) return -1;
     wjob *n = wjob_new(w, j->partition, j->offset, j->epoch);
     if (!n) return -1;
@@ -1512,6 +1514,14 @@ static void deadline_before_call(wjob *j) {
 
 static void submit_now(wjob *j) {
     worker *w = j->w;
+    /* Let through after the stop: only when let_go_waiting had no memory
+     * for its list.  No call starts after the stop. */
+    if (w->stopping) {
+        gate_leave(j, 0, -1);
+        rate_settle(j, 0, 0);
+        job_abandon(j);
+        return;
+    }
     /* The deadline again: the wait for rate tokens can take a job past it
      * (the gate's own wait has its timer, gate_enter). */
     if (j->job.deadline_ms > 0 && util_wall_ms() >= j->job.deadline_ms) {
@@ -1528,7 +1538,6 @@ static void submit_now(wjob *j) {
 static void rate_pump(rate_queue *q);
 static void rate_alone_cb(uv_timer_t *t);
 static void gate_enter(wjob *j);
-static void let_go_unstarted(wjob *j);
 
 /* The queue of a bucket pair, made on first use; NULL past
  * RATE_QUEUES_MAX models or out of memory. */
@@ -1654,6 +1663,18 @@ static void on_rate(void *ud, const state_reply *r) {
         if (q) rate_pump(q);
         return;
     }
+    if (j->w->stopping) { /* no call starts after the stop: it goes (let_go_waiting) */
+        rate_queue *q = j->rate_q;
+        if (q) {
+            q->asking = 0;
+            rate_unqueue(j);
+        }
+        if (!granted) j->cost = 0;
+        rate_settle(j, 0, 0); /* gives back what it took */
+        job_abandon(j);
+        if (q) rate_pump(q);
+        return;
+    }
     if (granted) {
         if (j->rate_q) rate_granted(j->rate_q);
         else gate_enter(j);
@@ -1672,6 +1693,12 @@ static void rate_pump(rate_queue *q) {
     while (q->head && !q->asking && q->at_gate < RATE_AHEAD_MAX) {
         wjob *j = q->head;
         worker *w = j->w;
+        if (w->stopping) { /* no call starts after the stop: nothing to ask for */
+            rate_unqueue(j);
+            j->cost = 0;
+            job_abandon(j);
+            continue;
+        }
         j->cost = rate_cost(w, j);
         q->asking = 1;
         if (!state_rate(w->st, q->key, q->rpm, q->tpm, j->cost, 0, on_rate, j)) return;
@@ -1771,13 +1798,15 @@ static void gate_deadline_cb(uv_timer_t *t) {
  * calls went at its pace. */
 static void gate_enter(wjob *j) {
     worker *w = j->w;
+    if (w->stopping) { /* let in by its rate queue after the stop */
+        rate_settle(j, 0, 0);
+        rate_left_gate(j);
+        job_abandon(j);
+        return;
+    }
     if (llm_gate_push(w->gate, j->model, &j->gate_node)) {
         rate_left_gate(j);
         call_failed(j, "out of memory at the LLM gate");
-        return;
-    }
-    if (w->stopping) { /* let in by its rate queue after the stop */
-        let_go_unstarted(j);
         return;
     }
     if (j->job.deadline_ms > 0) {
@@ -1891,11 +1920,14 @@ static void let_go_unstarted(wjob *j) {
 
 /* At the stop, the messages that hold nothing paid for go (uncommitted):
  * those waiting for another worker's attempt or to ask Redis again, and
- * the jobs waiting before their calls.  No call starts after the stop
- * (call_llm, gate_enter, conclude): a call begun during the drain may
- * outlast it (a lane paused by Retry-After, held for the account, at its
- * limit behind calls of 30 s, a backoff) and then be paid for again by
- * the job's next owner.  Their claims lapse with this process's lease
+ * the jobs waiting before their calls.  No call starts after the stop: a
+ * call begun during the drain may outlast it (a lane paused by
+ * Retry-After, held for the account, at its limit behind calls of 30 s, a
+ * backoff) and then be paid for again by the job's next owner.  The jobs
+ * this leaves (the head of a rate queue asking Redis, one made the head
+ * by another's going, one whose call fails during the drain) go where
+ * they would go on: on_rate, rate_pump, gate_enter, submit_now, call_llm
+ * and conclude.  Their claims lapse with this process's lease
  * (worker.lease_ms), and whoever reads the messages next takes the
  * attempts over, nothing spent. */
 static void let_go_waiting(worker *w) {

@@ -608,3 +608,29 @@ def test_a_held_model_with_rate_limits_ends_deadlines_and_stops_at_once(stack):
         assert "drain timeout" not in log and "; 0 jobs unfinished" in log, log
         assert not [m for m in stack.consume("retort.final") + stack.consume("retort.escalations")
                     if m["value"]["job_id"] in ids]
+
+
+def test_a_stop_lets_the_whole_rate_queue_go(stack):
+    """At the stop every job in a rate queue goes, the one that comes to its
+    head while the others go too.  Here H waits at the head of the queue
+    (1 request a minute, taken by X's call); X, answered 503, backs off and
+    queues behind H.  Letting H go made X the head, which asked Redis,
+    was told to wait for the next minute's token, and held the drain
+    until its timeout (30 s), where it goes now with H."""
+    w = stack.start_worker("--set", "ratelimit.rpm=1", "--set", "llm.backoff_base_ms=100",
+                           "--set", "llm.backoff_max_ms=200")
+    x, h = "rq-x-%s" % uuid.uuid4().hex[:6], "rq-h-%s" % uuid.uuid4().hex[:6]
+    stack.produce_jobs([job(x, directive="http=503 times=1 latency_ms=1500")])
+    deadline = time.time() + 30
+    while not stack.llm_stats()["calls"].get(x + ":1"):
+        assert time.time() < deadline, "X was never called"
+        time.sleep(0.05)
+    stack.produce_jobs([job(h)])
+    stack.wait_log(w.name, "again in")  # X's 503: its backoff, then the queue behind H
+    time.sleep(1)
+    assert stack.llm_stats()["calls"].get(h + ":1") is None
+    assert stack.stop_worker(w, timeout=20) == 0
+    log = stack.worker_log(w.name)
+    assert "drain timeout" not in log and "; 0 jobs unfinished" in log, log
+    assert stack.llm_stats()["calls"].get(x + ":1") == 1 and stack.llm_stats()["calls"].get(h + ":1") is None
+    assert not [m for m in stack.outcomes() if m["value"]["job_id"] in (x, h)]
