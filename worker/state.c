@@ -184,7 +184,10 @@ static const char script_finish[] = SCRIPT_HEAD SCRIPT_TTL
  * shared by every worker.  Each holds at most one second's worth of its
  * per-minute limit, so bursts stay short.  Takes `cost` tokens and one
  * request, or returns how long to wait; ARGV[4] < 0 only adjusts the token
- * bucket by the difference between a call's estimate and its usage.
+ * bucket by the difference between a call's estimate and its usage, and
+ * -2 also gives back the request of a call let in and never made (its job
+ * let go at a stop, or ended by its deadline): the provider never saw it,
+ * and the limit's next caller must not wait for it.
  * The buckets refill by Redis's clock, not the callers': with the callers'
  * own, a machine whose clock was ahead saw the time since a slower one's
  * write as a full refill on every call, and took the whole limit.  A
@@ -207,6 +210,7 @@ static const char script_rate[] = SCRIPT_HEAD
     "local wait = 0\n"
     "if tonumber(ARGV[4]) < 0 then\n"
     "  t = math.min(tcap, t - cost)\n"
+    "  if tonumber(ARGV[4]) == -2 then r = math.min(rcap, r + 1) end\n"
     "else\n"
     "  if rpm > 0 and r < 1 then wait = math.max(wait, math.ceil((1 - r) * 60000 / rpm)) end\n"
     "  local need = math.min(cost, tcap)\n"
@@ -1160,11 +1164,11 @@ int state_lease(state *st, const char *holder, long ttl_ms, state_cb cb, void *u
     return op ? op_submit(st, op, op_addl(op, ttl_ms)) : -1;
 }
 
-int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
+int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, state_rate_mode mode,
                state_cb cb, void *ud) {
     state_op *op = op_new_one_key(st, SCRIPT_RATE, "rate", endpoint, cb, ud);
     if (!op) return -1;
-    int failed = op_addl(op, rpm) ||
-                 op_addl(op, tpm) || op_addl(op, cost) || op_addl(op, adjust_only ? -1 : 1);
+    int failed = op_addl(op, rpm) || op_addl(op, tpm) || op_addl(op, cost) ||
+                 op_addl(op, mode == STATE_RATE_TAKE ? 1 : mode == STATE_RATE_ADJUST ? -1 : -2);
     return op_submit(st, op, failed);
 }

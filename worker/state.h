@@ -108,12 +108,19 @@ int state_finish(state *st, const char *job_id, const char *batch_id, const char
  * it for that long, 0 reads it (reply->attempt: 1 held, 0 not), < 0 lets
  * it go.  cb may be NULL. */
 int state_lease(state *st, const char *holder, long ttl_ms, state_cb cb, void *ud);
-/* Shared rate limit of an endpoint (e.g. "base_url|model"): takes one
- * request and cost tokens from the buckets (rpm/tpm per minute, 0: no
- * limit), or says how long to wait: reply->attempt holds the wait in ms
- * (0: granted).  adjust_only: only add cost (may be negative) to the token
- * bucket, to settle an estimate against real usage. */
-int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, int adjust_only,
+/* What state_rate does with the buckets. */
+typedef enum {
+    STATE_RATE_TAKE,   /* one request and cost tokens, or how long to wait */
+    STATE_RATE_ADJUST, /* only add cost (may be negative) to the token bucket,
+                        * to settle an estimate against real usage */
+    STATE_RATE_UNUSED  /* a request taken and never made: its request back,
+                        * and cost (negative: the estimate) to the tokens */
+} state_rate_mode;
+
+/* Shared rate limit of an endpoint (e.g. "base_url|model"), rpm/tpm per
+ * minute (0: no limit), as mode says.  STATE_RATE_TAKE: reply->attempt
+ * holds the wait in ms (0: granted). */
+int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, state_rate_mode mode,
                state_cb cb, void *ud);
 
 /* Notes that the outcome event of attempt (of the job's run) was

@@ -1362,11 +1362,26 @@ static void rate_settle(wjob *j, long used, int learn) {
     rate_limits(w, j->model, &rpm, &tpm);
     char key[1024];
     if (tpm && diff && !rate_key(w, j->model, key, sizeof(key)))
-        state_rate(w->st, key, rpm, tpm, diff, 1, rate_noop, NULL);
+        state_rate(w->st, key, rpm, tpm, diff, STATE_RATE_ADJUST, rate_noop, NULL);
     if (learn && used > 0) {
         w->rl_used = 0.9 * w->rl_used + (double)used;
         w->rl_est = 0.9 * w->rl_est + (double)j->cost_raw;
     }
+}
+
+/* A call let in by the rate limits and never made (its job let go at the
+ * stop, or ended by its deadline before it): its estimate and its request
+ * go back, for the limit's next caller, here or in another process.
+ * j->cost > 0 only when the buckets gave it (see rate_acquire). */
+static void rate_unused(wjob *j) {
+    worker *w = j->w;
+    if (!w->rl_on || j->cost <= 0) return;
+    long rpm, tpm;
+    rate_limits(w, j->model, &rpm, &tpm);
+    char key[1024];
+    if ((rpm || tpm) && !rate_key(w, j->model, key, sizeof(key)))
+        state_rate(w->st, key, rpm, tpm, -j->cost, STATE_RATE_UNUSED, rate_noop, NULL);
+    j->cost = 0;
 }
 
 static void call_llm(wjob *j);
@@ -1502,11 +1517,12 @@ static void call_failed(wjob *j, const char *why) {
 }
 
 /* The job's deadline passed before its call: no call (it would be paid
- * for and its answer come out as final); its rate estimate goes back. */
+ * for and its answer come out as final); its rate estimate and request go
+ * back. */
 static void deadline_before_call(wjob *j) {
     free(j->body);
     j->body = NULL;
-    rate_settle(j, 0, 0);
+    rate_unused(j);
     j->cat = DECIDE_CAT_BUDGET;
     util_concat(j->error, sizeof(j->error), "deadline passed", (char *)NULL);
     conclude(j, -1, -1);
@@ -1518,7 +1534,7 @@ static void submit_now(wjob *j) {
      * for its list.  No call starts after the stop. */
     if (w->stopping) {
         gate_leave(j, 0, -1);
-        rate_settle(j, 0, 0);
+        rate_unused(j);
         job_abandon(j);
         return;
     }
@@ -1670,7 +1686,7 @@ static void on_rate(void *ud, const state_reply *r) {
             rate_unqueue(j);
         }
         if (!granted) j->cost = 0;
-        rate_settle(j, 0, 0); /* gives back what it took */
+        rate_unused(j); /* gives back what it took */
         job_abandon(j);
         if (q) rate_pump(q);
         return;
@@ -1701,7 +1717,7 @@ static void rate_pump(rate_queue *q) {
         }
         j->cost = rate_cost(w, j);
         q->asking = 1;
-        if (!state_rate(w->st, q->key, q->rpm, q->tpm, j->cost, 0, on_rate, j)) return;
+        if (!state_rate(w->st, q->key, q->rpm, q->tpm, j->cost, STATE_RATE_TAKE, on_rate, j)) return;
         j->cost = 0;
         rate_granted(q); /* out of memory: not held back */
     }
@@ -1715,7 +1731,7 @@ static void rate_alone(wjob *j) {
     rate_limits(w, j->model, &rpm, &tpm);
     j->cost = rate_cost(w, j);
     char key[1024];
-    if (rate_key(w, j->model, key, sizeof(key)) || state_rate(w->st, key, rpm, tpm, j->cost, 0, on_rate, j)) {
+    if (rate_key(w, j->model, key, sizeof(key)) || state_rate(w->st, key, rpm, tpm, j->cost, STATE_RATE_TAKE, on_rate, j)) {
         j->cost = 0;
         gate_enter(j);
     }
@@ -1799,7 +1815,7 @@ static void gate_deadline_cb(uv_timer_t *t) {
 static void gate_enter(wjob *j) {
     worker *w = j->w;
     if (w->stopping) { /* let in by its rate queue after the stop */
-        rate_settle(j, 0, 0);
+        rate_unused(j);
         rate_left_gate(j);
         job_abandon(j);
         return;
@@ -1906,7 +1922,7 @@ static void let_go_unstarted(wjob *j) {
     rate_queue *q = NULL;
     uv_timer_stop(&j->timer); /* a deadline's, a rate wait's or a backoff's */
     if (!llm_gate_cancel(j->w->gate, &j->gate_node)) {
-        rate_settle(j, 0, 0);
+        rate_unused(j);
         rate_left_gate(j);
     } else if (j->rate_q) {
         q = j->rate_q;
