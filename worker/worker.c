@@ -1740,6 +1740,11 @@ static void rate_alone(wjob *j) {
 static void rate_alone_cb(uv_timer_t *t) {
     wjob *j = t->data;
     j->rate_waiting = 0;
+    if (j->w->stopping) { /* let_go_waiting had no memory for its list */
+        j->cost = 0;
+        job_abandon(j);
+        return;
+    }
     if (past_deadline(j)) {
         j->cost = 0;
         deadline_before_call(j);
@@ -1814,7 +1819,7 @@ static void gate_deadline_cb(uv_timer_t *t) {
  * calls went at its pace. */
 static void gate_enter(wjob *j) {
     worker *w = j->w;
-    if (w->stopping) { /* let in by its rate queue after the stop */
+    if (w->stopping) { /* after the stop only when a rate ask could not be sent (no memory) */
         rate_unused(j);
         rate_left_gate(j);
         job_abandon(j);
@@ -1940,12 +1945,14 @@ static void let_go_unstarted(wjob *j) {
  * call begun during the drain may outlast it (a lane paused by
  * Retry-After, held for the account, at its limit behind calls of 30 s, a
  * backoff) and then be paid for again by the job's next owner.  The jobs
- * this leaves (the head of a rate queue asking Redis, one made the head
- * by another's going, one whose call fails during the drain) go where
- * they would go on: on_rate, rate_pump, gate_enter, submit_now, call_llm
- * and conclude.  Their claims lapse with this process's lease
- * (worker.lease_ms), and whoever reads the messages next takes the
- * attempts over, nothing spent. */
+ * this cannot let go yet go where they would go on: one asking Redis for
+ * rate tokens (the head of its queue, or one asking on its own) at its
+ * reply (on_rate), one whose call fails during the drain in conclude,
+ * one whose claim's reply comes after the stop in call_llm; the rest of
+ * a rate queue goes in rate_pump.  (gate_enter and submit_now check too,
+ * for when this has no memory for its list.)  Their claims lapse with
+ * this process's lease (worker.lease_ms), and whoever reads the messages
+ * next takes the attempts over, nothing spent. */
 static void let_go_waiting(worker *w) {
     size_t nwait = 0;
     for (wjob *j = w->jobs; j; j = j->next) nwait += may_abandon(j) || unstarted(j);
