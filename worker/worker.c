@@ -1668,26 +1668,20 @@ static void on_rate(void *ud, const state_reply *r) {
      * at settle, only what the call used to take. */
     if (r->verdict == STATE_ERROR) j->cost = 0;
     int granted = r->verdict == STATE_ERROR || r->attempt <= 0;
-    if (past_deadline(j)) {
+    int past = past_deadline(j);
+    if (past || j->w->stopping) { /* no call: its deadline ended it, or the stop lets it go (let_go_waiting) */
         rate_queue *q = j->rate_q;
         if (q) {
             q->asking = 0;
             rate_unqueue(j);
         }
         if (!granted) j->cost = 0;
-        deadline_before_call(j); /* gives back what it took */
-        if (q) rate_pump(q);
-        return;
-    }
-    if (j->w->stopping) { /* no call starts after the stop: it goes (let_go_waiting) */
-        rate_queue *q = j->rate_q;
-        if (q) {
-            q->asking = 0;
-            rate_unqueue(j);
+        if (past) {
+            deadline_before_call(j); /* gives back what it took */
+        } else {
+            rate_unused(j);
+            job_abandon(j);
         }
-        if (!granted) j->cost = 0;
-        rate_unused(j); /* gives back what it took */
-        job_abandon(j);
         if (q) rate_pump(q);
         return;
     }
