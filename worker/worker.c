@@ -1372,7 +1372,9 @@ static void rate_settle(wjob *j, long used, int learn) {
 /* A call let in by the rate limits and never made (its job let go at the
  * stop, or ended by its deadline before it): its estimate and its request
  * go back, for the limit's next caller, here or in another process.
- * j->cost > 0 only when the buckets gave it (see rate_acquire). */
+ * Its callers come here only for a job let in: j->cost is then what the
+ * buckets gave, or 0 when they gave nothing (a Redis error let it
+ * through), or a model without limits or a key (nothing asked). */
 static void rate_unused(wjob *j) {
     worker *w = j->w;
     if (!w->rl_on || j->cost <= 0) return;

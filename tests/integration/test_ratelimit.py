@@ -637,24 +637,30 @@ def test_a_stop_lets_the_whole_rate_queue_go(stack):
 
 
 def test_a_call_let_in_and_never_made_gives_its_request_back(stack):
-    """2 requests a second (a burst of 2) and 1 call at a time: both jobs
-    are let in, one is called and the other waits at the gate.  A stop lets
-    that one go before its call: the request it took goes back to the
-    shared bucket (the provider never saw it), where it stayed taken, and
-    the limit's next caller, in any process, waited for it."""
+    """2 requests a second (a burst of 2) and 1 call at a time: A is let in
+    and called, B is let in and waits at the gate.  A stop lets B go before
+    its call: the request it took goes back to the shared bucket (the
+    provider never saw it), where it stayed taken, and the limit's next
+    caller, in any process, waited for it."""
     w = stack.start_worker("--set", "ratelimit.rpm=120", "--set", "llm.max_inflight=1")
-    ids = ["unused-%s-%d" % (uuid.uuid4().hex[:6], i) for i in range(2)]
-    stack.produce_jobs([job(j, directive="latency_ms=3000") for j in ids])
-    r = stack.redis_client()
-    key = "retort:rate:{%s/v1|mock-1}" % stack.llm_url
+    a, b = "unused-a-%s" % uuid.uuid4().hex[:6], "unused-b-%s" % uuid.uuid4().hex[:6]
+    stack.produce_jobs([job(a, directive="latency_ms=4000")])
     deadline = time.time() + 30
-    # one called, both let in: the bucket's two requests taken
-    while not (sum(stack.llm_stats()["calls"].get(j + ":1", 0) for j in ids) == 1 and
-               r.hget(key, "r") is not None and float(r.hget(key, "r")) < 0.5):
-        assert time.time() < deadline, (stack.llm_stats()["calls"], r.hgetall(key))
+    while not stack.llm_stats()["calls"].get(a + ":1"):
+        assert time.time() < deadline, "A was never called"
+        time.sleep(0.05)
+    stack.produce_jobs([job(b, directive="latency_ms=4000")])
+    r = stack.redis_client()
+    while r.hget("retort:job:{%s}" % b, "status") != "running":  # B claimed: its ask follows at once
+        assert time.time() < deadline, "B was never claimed"
         time.sleep(0.02)
+    time.sleep(0.5)
+    key = "retort:rate:{%s/v1|mock-1}" % stack.llm_url
+    before = r.hgetall(key)  # as of B's grant, the bucket's last write (no tpm: no settling)
     assert stack.stop_worker(w) == 0
-    assert sum(stack.llm_stats()["calls"].get(j + ":1", 0) for j in ids) == 1
-    # the level as of the last write: the request back (with the refill
-    # since), where nothing was written after the second grant
-    assert float(r.hget(key, "r")) >= 0.9, r.hgetall(key)
+    assert stack.llm_stats()["calls"].get(b + ":1") is None
+    after = r.hgetall(key)
+    # B's request back (with the refill since its grant), where nothing
+    # was written after the grant
+    assert int(after["ts"]) > int(before["ts"]), (before, after)
+    assert float(after["r"]) >= float(before["r"]) + 0.9, (before, after)
