@@ -462,6 +462,13 @@ static void check_done(lane *ln) {
         } else {
             resp.status = 0;
             resp.transport = code == CURLE_OPERATION_TIMEDOUT ? DECIDE_CAT_TIMEOUT : DECIDE_CAT_NETWORK;
+            /* Both, to be sure: curl never reached the request's transfer,
+             * and counted no byte of it sent.  A connection reset after the
+             * request went may have been counted by the provider. */
+            curl_off_t pre = -1;
+            long sent = -1;
+            resp.unsent = curl_easy_getinfo(easy, CURLINFO_PRETRANSFER_TIME_T, &pre) == CURLE_OK && pre == 0 &&
+                          curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK && sent == 0;
             if (call->too_large) resp.error = "response larger than llm.max_response_bytes";
             else resp.error = call->errbuf[0] ? call->errbuf : curl_easy_strerror(code);
         }

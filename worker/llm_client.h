@@ -38,6 +38,9 @@ typedef struct llm_response {
     int too_large;               /* status 2xx: the body passed llm.max_response_bytes, unread
                                   * (body is ""): an answer the worker cannot take, not a
                                   * failure of the network */
+    int unsent;                  /* status 0: no byte of the request was sent (no connection,
+                                  * a failed TLS handshake, a call that could not start): the
+                                  * server saw nothing of it, nor counted it */
 } llm_response;
 
 /* Called once per call, on the loop thread, unless the call was cancelled.

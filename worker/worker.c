@@ -1427,8 +1427,12 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         /* No answer: a call that timed out may have been worked on (its
          * estimate stays spent); one that never got through used nothing,
          * or an outage's retries would leave the bucket owing for minutes
-         * after it. */
-        if (resp->transport != DECIDE_CAT_TIMEOUT) rate_settle(j, 0, 0);
+         * after it.  One whose request was never sent (the LLM refused
+         * the connection) was not counted either: its request goes back
+         * too.  A request sent may have been counted (a reset after it):
+         * that stays taken. */
+        if (resp->unsent) rate_unused(j);
+        else if (resp->transport != DECIDE_CAT_TIMEOUT) rate_settle(j, 0, 0);
     } else if (resp->too_large) {
         /* The model answered, at length: called again it answers at
          * length again, each time paid for (its tokens unknown: the
@@ -1454,6 +1458,9 @@ static void on_llm_done(void *ud, const llm_response *resp) {
         util_concat(j->error, sizeof(j->error), res.error, (char *)NULL);
         llm_api_result_clear(&res);
     }
+    /* This call's share of the buckets is settled (or stays spent): a
+     * later call_failed before the next grant must not give it back. */
+    j->cost = 0;
     /* The account refused (a spent quota, a refused key), not the job:
      * with llm.on_account_error=pause the job waits for the account. */
     if (w->account_pause && (j->cat == DECIDE_CAT_QUOTA || j->cat == DECIDE_CAT_AUTH) &&
@@ -1512,6 +1519,7 @@ static void gate_pump(worker *w);
 static void call_failed(wjob *j, const char *why) {
     llm_response resp = {0};
     resp.transport = DECIDE_CAT_NETWORK;
+    resp.unsent = 1;
     resp.error = why;
     resp.retry_after_ms = -1;
     resp.should_retry = -1;

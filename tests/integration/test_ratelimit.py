@@ -326,6 +326,42 @@ def test_calls_that_never_got_through_give_their_tokens_back(stack):
     assert stack.stop_worker(w) == 0
 
 
+
+def test_calls_that_never_reached_the_llm_give_their_requests_back(stack):
+    """1 request a second (a burst of 1), 3 tries a job.  A request the LLM
+    read and answered with nothing (the connection closed) may have been
+    counted by the provider: it stays taken.  A try whose connection was
+    refused sent nothing, and the provider counted nothing: its request
+    goes back, or an outage's retries keep the limit's next callers, in
+    every process, waiting for requests nobody made.  The refused tries
+    run on the handles the answered-with-nothing ones used: what curl
+    says of a handle's last transfer is of that transfer only."""
+    class Nothing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.close_connection = True  # no status line: curl's "Empty reply from server"
+
+    r = stack.redis_client()
+    with own_llm(Nothing) as base:
+        w = stack.start_worker("--set", "llm.base_url=%s/v1" % base, "--set", "ratelimit.rpm=60",
+                               "--set", "llm.max_inflight=1", "--set", "llm.max_transient_retries=2",
+                               "--set", "llm.backoff_base_ms=10", "--set", "llm.backoff_max_ms=20")
+        key = "retort:rate:{%s/v1|mock-1}" % base
+        a = "rlsent-%s" % uuid.uuid4().hex[:6]
+        stack.produce_jobs([job(a)])
+        stack.wait_outcomes([a], timeout=60)
+        # as of the third try's grant: nothing written since
+        assert float(r.hget(key, "r")) < 0.5, r.hgetall(key)
+    b = "rlunsent-%s" % uuid.uuid4().hex[:6]  # the port is closed now
+    stack.produce_jobs([job(b)])
+    outs = stack.wait_outcomes([b], timeout=60)
+    assert [m["headers"]["ce_type"] for m in outs if m["value"]["job_id"] in (a, b)] == \
+        ["retort.job.escalated"] * 2
+    assert stack.worker_log(w.name).count("after 3 tries") == 2
+    # as of the last refused try: its request back, the bucket full
+    assert float(r.hget(key, "r")) >= 0.99, r.hgetall(key)
+    assert stack.stop_worker(w) == 0
+
 def _script_calls(r):
     return sum(v["calls"] for k, v in r.info("commandstats").items() if k.startswith("cmdstat_eval"))
 
