@@ -484,6 +484,14 @@ class Stack:
                 st["requests"], requests, st["in_flight"], timeout)
             time.sleep(0.1)
 
+    def wait_called(self, jid, attempt=1, timeout=30):
+        """Waits until the job's attempt has reached the mock LLM (polled
+        every 20 ms: some tests act while its answer is still pending)."""
+        deadline = time.time() + timeout
+        while not self.llm_stats()["calls"].get("%s:%d" % (jid, attempt)):
+            assert time.time() < deadline, "attempt %d of %s never called the LLM" % (attempt, jid)
+            time.sleep(0.02)
+
     def llm_times(self):
         """When each call reached the mock LLM, by job and attempt (the
         first 4 calls of each): {"job:attempt": [(arrival, in_flight)]},

@@ -719,10 +719,7 @@ def test_a_record_larger_than_the_socket_buffer_goes_out_whole(stack):
     jid = uid("big")
     stack.produce_jobs([job(jid, schema=schema, directive="latency_ms=1500")])
     # claimed once its call reached the LLM, which answers 1.5 s later
-    deadline = time.time() + 60
-    while not stack.llm_stats()["calls"].get(jid + ":1"):
-        assert time.time() < deadline, "the job's LLM call never came"
-        time.sleep(0.02)
+    stack.wait_called(jid, timeout=60)
     stack.redis.send_signal(signal.SIGSTOP)
     try:
         ((arrival, _),) = stack.llm_times()[jid + ":1"]

@@ -657,10 +657,7 @@ def test_a_stop_lets_the_whole_rate_queue_go(stack):
                            "--set", "llm.backoff_max_ms=200")
     x, h = "rq-x-%s" % uuid.uuid4().hex[:6], "rq-h-%s" % uuid.uuid4().hex[:6]
     stack.produce_jobs([job(x, directive="http=503 times=1 latency_ms=1500")])
-    deadline = time.time() + 30
-    while not stack.llm_stats()["calls"].get(x + ":1"):
-        assert time.time() < deadline, "X was never called"
-        time.sleep(0.05)
+    stack.wait_called(x)
     stack.produce_jobs([job(h)])
     stack.wait_log(w.name, "again in")  # X's 503: its backoff, then the queue behind H
     time.sleep(1)
@@ -681,12 +678,10 @@ def test_a_call_let_in_and_never_made_gives_its_request_back(stack):
     w = stack.start_worker("--set", "ratelimit.rpm=120", "--set", "llm.max_inflight=1")
     a, b = "unused-a-%s" % uuid.uuid4().hex[:6], "unused-b-%s" % uuid.uuid4().hex[:6]
     stack.produce_jobs([job(a, directive="latency_ms=4000")])
-    deadline = time.time() + 30
-    while not stack.llm_stats()["calls"].get(a + ":1"):
-        assert time.time() < deadline, "A was never called"
-        time.sleep(0.05)
+    stack.wait_called(a)
     stack.produce_jobs([job(b, directive="latency_ms=4000")])
     r = stack.redis_client()
+    deadline = time.time() + 30
     while r.hget("retort:job:{%s}" % b, "status") != "running":  # B claimed: its ask follows at once
         assert time.time() < deadline, "B was never claimed"
         time.sleep(0.02)

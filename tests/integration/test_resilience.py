@@ -28,14 +28,6 @@ def uid(prefix):
     return "%s-%s" % (prefix, uuid.uuid4().hex[:8])
 
 
-def wait_called(stack, jid, attempt=1, timeout=30):
-    """Waits until the job's attempt has reached the mock LLM."""
-    deadline = time.time() + timeout
-    while not stack.llm_stats()["calls"].get("%s:%d" % (jid, attempt)):
-        assert time.time() < deadline, "attempt %d of %s never called the LLM" % (attempt, jid)
-        time.sleep(0.05)
-
-
 def children(pid):
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
@@ -333,7 +325,7 @@ def test_an_owner_that_took_over_from_the_one_waited_for_gets_its_own_grace(stac
     time.sleep(max(0.0, t0 + 1.0 - time.time()))
     r.hset(key, "owner", "y:00000002:3")
     r.set("retort:worker:{y:00000002}", "1", px=60000)
-    wait_called(stack, jid)
+    stack.wait_called(jid)
     # when the call reached the LLM
     called = stack.llm_times()[jid + ":1"][0][0] - t0
     log = stack.worker_log(w.name)
@@ -359,7 +351,7 @@ def test_a_late_outcome_of_a_run_reset_by_resubmit_is_dropped(stack):
     jid = uid("reset-late")
     key, hist = "retort:job:{%s}" % jid, "retort:job:{%s}:history" % jid
     stack.produce_jobs([job(jid, directive="latency_ms=3000")])
-    wait_called(stack, jid)
+    stack.wait_called(jid)
     r = stack.redis_client()
     # what script_reset leaves (worker/batch_submit.c)
     r.delete(key, hist)
@@ -560,7 +552,7 @@ def test_an_attempt_taken_over_mid_chain_is_not_remembered_as_run_here(stack):
     w = stack.start_worker(*slow_calls(2000), "--set", "log.level=debug")
     jid = uid("midchain")
     stack.produce_jobs([job(jid, directive="defect=missing_field until=2 latency_ms=2000")])
-    wait_called(stack, jid, 2)
+    stack.wait_called(jid, 2)
     r = stack.redis_client()
     # another worker takes attempt 2 over, then dies (its lease lapses)
     r.hset("retort:job:{%s}" % jid, "owner", "thief:0000beef:1")
@@ -625,7 +617,7 @@ def test_an_attempt_redis_refused_to_record_is_counted_once(stack):
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     jid = uid("oom")
     stack.produce_jobs([job(jid, directive="latency_ms=1000")])
-    wait_called(stack, jid)
+    stack.wait_called(jid)
     r = stack.redis_client()
     r.config_set("maxmemory", "1")
     try:
@@ -659,7 +651,7 @@ def test_a_duplicate_parked_behind_a_job_is_not_begun_during_the_drain(stack):
     w = stack.start_worker("--set", "worker.drain_timeout_ms=20000", "--set", "log.level=debug")
     jid = uid("drain-dup")
     stack.produce_jobs([job(jid, directive="latency_ms=3000")])
-    wait_called(stack, jid)
+    stack.wait_called(jid)
     stack.produce_jobs([job(jid, directive="latency_ms=3000", run=2)])
     # fetched, and parked behind the first (its call takes 3 s)
     stack.wait_log(w.name, "waiting behind the message of this job in flight here")
@@ -1240,7 +1232,7 @@ def test_no_call_is_made_past_the_deadline_after_a_wait(stack):
     # a: its one call fails (429, retry in 6 s); b: waits out the lane's
     # pause, which a's Retry-After set, sent right after it
     stack.produce_jobs([job(a, directive="http=429 times=1 retry_after=6", deadline=deadline)])
-    wait_called(stack, a, 1)
+    stack.wait_called(a, 1)
     called = time.time()  # the lane's pause ends 6 s after a's call, at most this + 6
     stack.produce_jobs([job(b, deadline=deadline)])
     stack.wait_outcomes([a, b])
