@@ -18,18 +18,22 @@ void offsets_free(offsets *o); /* accepts NULL */
 
 /* Registers a received message.  Offsets of one partition arrive in
  * increasing order, as Kafka delivers them, unless the consumer was moved
- * back (auto.offset.reset to earliest after the log was truncated under
- * it, a topic deleted and made again): an offset at or below one still
- * tracked starts the partition afresh in a new epoch, as if revoked and
- * assigned again, and *rewound_from (may be NULL; else -1 when not) gets
- * the highest offset tracked until then.  (Appended to the old entries,
- * it broke their order, and the partition stored no offset again until
- * revoked.)  Returns the partition's epoch, or 0 on allocation failure. */
+ * back (auto.offset.reset after the log was truncated under it, a topic
+ * deleted and made again): an offset at or below one still tracked starts
+ * a new epoch, and the entries at or above it go stale, as if revoked
+ * (their messages come again); the entries below it stay tracked in
+ * their own epoch, and nothing is committed past them until they are
+ * done (their messages do not come again).  *rewound_from (may be NULL;
+ * else -1 when not moved back) gets the highest offset tracked until
+ * then.  (Appended to the old entries, it broke their order, and the
+ * partition stored no offset again until revoked.)  Returns the epoch of
+ * the entry, or 0 on allocation failure. */
 uint64_t offsets_add(offsets *o, int32_t partition, int64_t offset, int64_t *rewound_from);
 
-/* Marks a message done.  Returns 1 and sets *commit (the next offset to
- * consume, i.e. what to store) when the committable position advanced; 0
- * when it did not; -1 when the partition/epoch is not tracked. */
+/* Marks a message done (epoch: what offsets_add returned for it).  Returns
+ * 1 and sets *commit (the next offset to consume, i.e. what to store) when
+ * the committable position advanced; 0 when it did not; -1 when the
+ * message is not tracked in that epoch (stale: revoked, moved back). */
 int offsets_done(offsets *o, int32_t partition, uint64_t epoch, int64_t offset, int64_t *commit);
 
 /* Forgets a partition (revoked).  Its outstanding jobs become stale. */

@@ -2309,8 +2309,9 @@ static int on_message(void *ud, const rd_kafka_message_t *msg) {
     j->epoch = offsets_add(w->offs, msg->partition, msg->offset, &rewound_from);
     if (rewound_from >= 0)
         log_warn(NULL, 0, "%s[%d] moved back from offset %lld to %lld (an offset reset?): its jobs in flight "
-                 "will store no offset, and their messages come again", w->t_jobs, msg->partition,
-                 (long long)rewound_from, (long long)msg->offset);
+                 "from %lld on will store no offset, and their messages come again; no offset is committed "
+                 "past those below it until they are done", w->t_jobs, msg->partition, (long long)rewound_from,
+                 (long long)msg->offset, (long long)msg->offset);
     if (!j->epoch) {
         /* Untracked, the message's offset would be committed past it by
          * the later ones of its partition: a restart is the safe way on. */

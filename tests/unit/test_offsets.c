@@ -147,6 +147,42 @@ static void test_rewind(void **state) {
     offsets_free(o);
 }
 
+/* Moved back into the window (the log truncated under the consumer, and
+ * the position reset to its new end): 100..200 in flight, then 150.  The
+ * messages 100..149 do not come again: their jobs still count, and
+ * nothing is committed past them until they are done.  Made stale with
+ * the others, they let 150's completion store 151, and a crash then lost
+ * them. */
+static void test_rewind_into_the_window(void **state) {
+    (void)state;
+    offsets *o = offsets_new();
+    int64_t from = 0, commit = -1;
+    uint64_t e = 0;
+    for (int64_t off = 100; off <= 200; off++) e = offsets_add(o, 0, off, NULL);
+    assert_int_equal(offsets_done(o, 0, e, 120, &commit), 0);
+    uint64_t e2 = offsets_add(o, 0, 150, &from);
+    assert_int_equal(from, 200);
+    assert_true(e2 != 0 && e2 != e);
+    assert_int_equal(offsets_pending(o), 49 + 1); /* 100..149 but 120, and 150 */
+    offsets_add(o, 0, 151, &from);
+    assert_int_equal(from, -1);
+    /* the new 150 and 151 done: 100 is not, so nothing to store */
+    assert_int_equal(offsets_done(o, 0, e2, 150, &commit), 0);
+    assert_int_equal(offsets_done(o, 0, e2, 151, &commit), 0);
+    /* the stale 150..200 store nothing, and do not pass for the new ones */
+    assert_int_equal(offsets_done(o, 0, e, 150, &commit), -1);
+    assert_int_equal(offsets_done(o, 0, e, 152, &commit), -1);
+    assert_int_equal(offsets_done(o, 0, e, 200, &commit), -1);
+    /* the new epoch's jobs do not pass for the old ones either */
+    assert_int_equal(offsets_done(o, 0, e2, 101, &commit), -1);
+    for (int64_t off = 101; off <= 149; off++)
+        if (off != 120) assert_int_equal(offsets_done(o, 0, e, off, &commit), 0);
+    assert_int_equal(offsets_done(o, 0, e, 100, &commit), 1);
+    assert_int_equal(commit, 152);
+    assert_int_equal(offsets_pending(o), 0);
+    offsets_free(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_order),
@@ -154,6 +190,7 @@ int main(void) {
         cmocka_unit_test(test_partitions_and_epochs),
         cmocka_unit_test(test_random_order),
         cmocka_unit_test(test_rewind),
+        cmocka_unit_test(test_rewind_into_the_window),
     };
     return cmocka_run_group_tests_name("offsets", tests, NULL, NULL);
 }
