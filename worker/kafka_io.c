@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -144,12 +145,22 @@ static int listed(const char *const *list, const char *key) {
     return 0;
 }
 
-/* Consumer properties the worker's guarantees rest on: offsets are stored
- * only when every message below is done, and commits carry just those.
- * Automatic storing would commit messages still in flight (lost at a
- * crash); no commits, every message again at each restart. */
-static const char *const consumer_fixed[][2] = {{"enable.auto.offset.store", "false"},
-                                                {"enable.auto.commit", "true"}};
+/* Properties the worker's guarantees rest on.  The consumer's: offsets
+ * are stored only when every message below is done, and commits carry just
+ * those; automatic storing would commit messages still in flight (lost at
+ * a crash), and no commits brought every message again at each restart.
+ * The producer's: an outcome counts as delivered at its delivery report,
+ * and its message's offset is stored then; with acks below all the report
+ * comes before the brokers hold the outcome (with 0, before any has it),
+ * and a broker lost then lost the outcome of a committed job. */
+#define WHY_OFFSETS "the worker stores each offset once every message below it is done, and commits only those"
+#define WHY_ACKS "an outcome counts as delivered, and its job's offset is committed, at its delivery report"
+static const struct {
+    const char *client, *key, *must, *alt, *why;
+} conf_fixed[] = {{"consumer.", "enable.auto.offset.store", "false", NULL, WHY_OFFSETS},
+                  {"consumer.", "enable.auto.commit", "true", NULL, WHY_OFFSETS},
+                  {"producer.", "acks", "all", "-1", WHY_ACKS},
+                  {"producer.", "request.required.acks", "all", "-1", WHY_ACKS}};
 
 static void conf_apply(const char *key, const char *value, void *ud) {
     conf_ctx *cc = ud;
@@ -157,15 +168,14 @@ static void conf_apply(const char *key, const char *value, void *ud) {
     if (!strncmp(key, cc->skip, strlen(cc->skip))) return;
     if (!strncmp(key, cc->only, strlen(cc->only))) key += strlen(cc->only);
     else if (listed(cc->foreign, key)) return;
-    for (size_t i = 0; !strcmp(cc->only, "consumer.") && i < sizeof(consumer_fixed) / sizeof(consumer_fixed[0]); i++) {
-        if (!strcmp(key, consumer_fixed[i][0]) && strcmp(value, consumer_fixed[i][1])) {
-            snprintf(cc->err, cc->errlen,
-                     "config key 'kafka.%s': must stay %s (the worker stores each offset once every message "
-                     "below it is done, and commits only those)",
-                     key, consumer_fixed[i][1]);
-            cc->failed = 1;
-            return;
-        }
+    for (size_t i = 0; i < sizeof(conf_fixed) / sizeof(conf_fixed[0]); i++) {
+        if (strcmp(cc->only, conf_fixed[i].client) || strcmp(key, conf_fixed[i].key) ||
+            !strcasecmp(value, conf_fixed[i].must) || (conf_fixed[i].alt && !strcasecmp(value, conf_fixed[i].alt)))
+            continue;
+        snprintf(cc->err, cc->errlen, "config key 'kafka.%s': must stay %s (%s)", key, conf_fixed[i].must,
+                 conf_fixed[i].why);
+        cc->failed = 1;
+        return;
     }
     char errstr[512];
     if (rd_kafka_conf_set(cc->conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {

@@ -1024,15 +1024,34 @@ def test_fixed_on_third_attempt(stack):
     assert [s["codes"] for s in ev["summary"]][:2] == [["MISSING_FIELD"], ["MISSING_FIELD"]]
 
 
-@pytest.mark.parametrize("setting", ["kafka.enable.auto.offset.store=true", "kafka.consumer.enable.auto.commit=false"])
-def test_consumer_settings_the_guarantees_rest_on_are_refused(stack, setting):
+@pytest.mark.parametrize("settings", [["kafka.enable.auto.offset.store=true"],
+                                      ["kafka.consumer.enable.auto.commit=false"],
+                                      ["kafka.producer.enable.idempotence=false", "kafka.acks=0"],
+                                      ["kafka.producer.enable.idempotence=false", "kafka.producer.acks=1"],
+                                      ["kafka.request.required.acks=1"]])
+def test_settings_the_guarantees_rest_on_are_refused(stack, settings):
     """Offsets stored automatically would be committed for messages still
     in flight (lost at a crash); with no commits, every message comes again
-    at each start.  Either is a clear error at start, not a silent loss."""
-    w = stack.start_worker("--set", setting)
+    at each start.  An outcome counts as delivered at its delivery report:
+    with acks below all it comes before the brokers hold the outcome, and
+    a broker lost then loses the outcome of a job committed.  Each is a
+    clear error at start, not a silent loss."""
+    args = []
+    for s in settings:
+        args += ["--set", s]
+    w = stack.start_worker(*args)
     assert w.wait(20) != 0
-    key = setting.split("=")[0].replace("consumer.", "")
+    key = settings[-1].split("=")[0].replace("consumer.", "").replace("producer.", "")
     assert "config key '%s': must stay" % key in stack.worker_log(w.name)
+
+
+def test_acks_all_is_taken_as_written(stack):
+    """acks=all and its number, -1, are what the worker sets anyway."""
+    w = stack.start_worker("--set", "kafka.producer.acks=-1", "--set", "kafka.request.required.acks=ALL")
+    jid = uid("acks")
+    stack.produce_jobs([job(jid)])
+    stack.wait_outcomes([jid])
+    assert stack.stop_worker(w) == 0
 
 
 def test_event_ids_of_every_job_id_and_run_fit_their_schema(stack, envelopes):
