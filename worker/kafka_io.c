@@ -490,7 +490,10 @@ kafka_io *kafka_io_new(uv_loop_t *loop, const config *cfg, int slot, const kafka
     k->loop = loop;
     k->cbs = *cbs;
     k->cpipe[0] = k->cpipe[1] = k->ppipe[0] = k->ppipe[1] = -1;
-    k->jobs = strdup(config_get(cfg, "topics.jobs"));
+    if (!(k->jobs = strdup(config_get(cfg, "topics.jobs")))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
 
     /* Consumer: offsets are stored by the worker only when every message
      * below is done, and auto-commit commits what is stored. */
