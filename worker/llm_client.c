@@ -463,8 +463,10 @@ static void check_done(lane *ln) {
             resp.status = 0;
             resp.transport = code == CURLE_OPERATION_TIMEDOUT ? DECIDE_CAT_TIMEOUT : DECIDE_CAT_NETWORK;
             /* Both, to be sure: curl never reached the request's transfer,
-             * and counted no byte of it sent.  A connection reset after the
-             * request went may have been counted by the provider. */
+             * and counted none of it written (at most a part of it left, in
+             * a write that failed: no request to a server).  A connection
+             * reset after the request went may have been counted by the
+             * provider. */
             curl_off_t pre = -1;
             long sent = -1;
             resp.unsent = curl_easy_getinfo(easy, CURLINFO_PRETRANSFER_TIME_T, &pre) == CURLE_OK && pre == 0 &&

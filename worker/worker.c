@@ -234,6 +234,8 @@ struct worker {
     char incarnation[160];   /* id:nonce, this process's lease in Redis */
     long lease_ms;
     uint64_t takeover_after_ms;
+    int redis_seen;          /* connected to Redis once */
+    uint64_t redis_back_ms;  /* when Redis came back after that (mono ms); 0: never */
     uv_timer_t lease_timer;
     const char *source;
     const char *t_jobs, *t_final, *t_esc, *t_dlq;
@@ -1370,11 +1372,13 @@ static void rate_settle(wjob *j, long used, int learn) {
 }
 
 /* A call let in by the rate limits and never made (its job let go at the
- * stop, or ended by its deadline before it): its estimate and its request
- * go back, for the limit's next caller, here or in another process.
- * Its callers come here only for a job let in: j->cost is then what the
- * buckets gave, or 0 when they gave nothing (a Redis error let it
- * through), or a model without limits or a key (nothing asked). */
+ * stop, or ended by its deadline before it), or made and never sent (the
+ * connection refused, a call that could not start): its estimate and its
+ * request go back, for the limit's next caller, here or in another
+ * process.  j->cost is then what the buckets gave, or 0 when they gave
+ * nothing (a Redis error let it through), when nothing was asked yet, or
+ * when this call's share was settled already (on_llm_done); a model
+ * without limits or a key asks nothing back. */
 static void rate_unused(wjob *j) {
     worker *w = j->w;
     if (!w->rl_on || j->cost <= 0) return;
@@ -1424,13 +1428,13 @@ static void on_llm_done(void *ud, const llm_response *resp) {
     if (resp->status == 0) {
         j->cat = resp->transport;
         util_concat(j->error, sizeof(j->error), resp->error, (char *)NULL);
-        /* No answer: a call that timed out may have been worked on (its
-         * estimate stays spent); one that never got through used nothing,
-         * or an outage's retries would leave the bucket owing for minutes
-         * after it.  One whose request was never sent (the LLM refused
-         * the connection) was not counted either: its request goes back
-         * too.  A request sent may have been counted (a reset after it):
-         * that stays taken. */
+        /* No answer.  A request never sent (the connection refused or
+         * timed out, a failed TLS handshake) was neither worked on nor
+         * counted: its estimate and its request go back, or an outage's
+         * retries would leave the buckets owing for minutes after it.  A
+         * request sent may have been counted (a reset after it): that
+         * stays taken; its estimate goes back unless the call timed out,
+         * when the model may have worked on it. */
         if (resp->unsent) rate_unused(j);
         else if (resp->transport != DECIDE_CAT_TIMEOUT) rate_settle(j, 0, 0);
     } else if (resp->too_large) {
@@ -2012,6 +2016,16 @@ static void on_owner_lease(void *ud, const state_reply *r) {
         job_abandon(j);
         return;
     }
+    uint64_t mono = util_mono_ms();
+    if (r->attempt != 1 && w->redis_back_ms && mono - w->redis_back_ms < (uint64_t)w->lease_ms) {
+        /* Redis came back to this process less than a lease ago: the
+         * lease may be gone with Redis (down past its TTL, or restarted
+         * without it) while its owner lives, its renewal waiting for that
+         * owner's own reconnect.  Taken for gone then, the attempt was
+         * paid for twice; it is, a lease after ours came back. */
+        uv_timer_start(&j->timer, begin_retry_timer, w->redis_back_ms + (uint64_t)w->lease_ms - mono + 1, 0);
+        return;
+    }
     uint64_t now = uv_now(w->loop);
     if (!j->wait_start_ms) j->wait_start_ms = now ? now : 1;
     uint64_t waited = now - j->wait_start_ms;
@@ -2387,6 +2401,10 @@ static void on_revoke(void *ud, const rd_kafka_topic_partition_list_t *parts) {
 
 static void on_redis_conn(void *ud, int connected) {
     worker *w = ud;
+    if (connected) {
+        if (w->redis_seen) w->redis_back_ms = util_mono_ms();
+        w->redis_seen = 1;
+    }
     if (!w->kio) return;
     if (!connected) {
         log_warn(NULL, 0, "redis unavailable: not taking new jobs");

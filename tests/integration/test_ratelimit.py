@@ -326,7 +326,6 @@ def test_calls_that_never_got_through_give_their_tokens_back(stack):
     assert stack.stop_worker(w) == 0
 
 
-
 def test_calls_that_never_reached_the_llm_give_their_requests_back(stack):
     """1 request a second (a burst of 1), 3 tries a job.  A request the LLM
     read and answered with nothing (the connection closed) may have been
@@ -361,6 +360,7 @@ def test_calls_that_never_reached_the_llm_give_their_requests_back(stack):
     # as of the last refused try: its request back, the bucket full
     assert float(r.hget(key, "r")) >= 0.99, r.hgetall(key)
     assert stack.stop_worker(w) == 0
+
 
 def _script_calls(r):
     return sum(v["calls"] for k, v in r.info("commandstats").items() if k.startswith("cmdstat_eval"))

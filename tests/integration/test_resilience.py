@@ -267,6 +267,45 @@ def test_an_attempt_running_elsewhere_is_paid_for_once(stack):
     assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
 
 
+
+def test_a_lease_lost_with_redis_is_not_taken_for_its_owners_death(stack):
+    """Redis goes away for longer than a lease (5 s) and comes back without
+    the leases, as after a restart.  The owner of a running attempt is
+    alive, but its connection comes back later than another worker's (here
+    it is stopped until 2 s after Redis is back), and so does its renewal.
+    The other worker, handed the job's message meanwhile (a second group
+    reads the topic), found the lease gone and took the attempt over: the
+    LLM paid twice.  It trusts a missing lease only a lease after its own
+    connection came back."""
+    # A's call (9 s) and its stop (about 9 s) within A's time limit and
+    # session: A keeps the attempt and its partitions
+    a = stack.start_worker("--set", "llm.timeout_ms=30000", "--set", "kafka.consumer.session.timeout.ms=30000",
+                           name="a")
+    jid = uid("lostlease")
+    stack.produce_jobs([job(jid, directive="latency_ms=9000")])
+    stack.wait_called(jid)
+    # B reads only what comes after its join: the job's message again
+    b = stack.start_worker("--set", "kafka.group.id=retort-other", "--set", "kafka.auto.offset.reset=latest",
+                           "--set", "llm.timeout_ms=30000", name="b")
+    stack.wait_log("b", "assigned", timeout=60)
+    a.send_signal(signal.SIGSTOP)
+    try:
+        stack.stop_redis()
+        stack.wait_log("b", "redis unavailable", timeout=20)
+        stack.produce_jobs([job(jid, directive="latency_ms=9000")])
+        time.sleep(6.5)
+        stack.start_redis()
+        stack._wait_redis()
+        time.sleep(2)
+    finally:
+        a.send_signal(signal.SIGCONT)
+    outs = check_exactly_once(stack, [jid])
+    assert [m["headers"]["ce_type"] for m in outs if m["value"]["job_id"] == jid] == ["retort.job.final"]
+    time.sleep(2)  # B's next look, after the outcome's delivery mark
+    assert stack.llm_stats()["calls"].get(jid + ":1") == 1
+    assert "attempt over" not in stack.worker_log("b")
+    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
+
 def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     """An attempt left 'running' by a worker that died: taken over at once
     when its lease is gone, after it lapses when it still holds."""
