@@ -293,6 +293,12 @@ struct state {
     size_t pending;                     /* ops not yet completed */
     uv_timer_t reconnect;
     uv_timer_t resend;         /* tries the line again after a send failed */
+    /* Batches of marks Redis refused (OOM, READONLY, LOADING), sent again
+     * a second later: dropped, a redelivery of such a job's message found
+     * its outcome unmarked and waited worker.takeover_after_ms for an
+     * owner that had delivered it. */
+    state_op *remark;
+    uv_timer_t remark_timer;
     uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
     /* hiredis 0.14's libuv adapter drops a poll error: when Redis dies
@@ -444,7 +450,9 @@ static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t b
     return h->type == REDIS_REPLY_STRING ? state_parse_head(h->str, h->len, rep, buf, buflen) : -1;
 }
 
-static void complete(state_op *op, const redisReply *r) {
+/* 1 when op, a batch of marks, is kept to be sent again (remark_later). */
+static int complete(state_op *op, const redisReply *r) {
+    int again = 0;
     state_reply rep = {0};
     rep.status = "";
     cJSON *history = NULL, **recs = NULL;
@@ -480,15 +488,37 @@ static void complete(state_op *op, const redisReply *r) {
          * with the job id from the first key. */
         char id[256];
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
+        again = !op->st->closing;
         if (op->nmarks > 1)
-            log_warn(id, 0, "recording %zu delivered outcomes (this job's and %zu more) failed: %s",
-                     op->nmarks, op->nmarks - 1, rep.error);
+            log_warn(id, 0, "recording %zu delivered outcomes (this job's and %zu more) failed: %s%s",
+                     op->nmarks, op->nmarks - 1, rep.error, again ? "; again in 1 s" : "");
         else
-            log_warn(id, 0, "recording a delivered outcome failed: %s", rep.error);
+            log_warn(id, 0, "recording a delivered outcome failed: %s%s", rep.error, again ? "; again in 1 s" : "");
     }
     cJSON_Delete(history);
     for (size_t i = 0; i < nrecs; i++) jsonin_free(recs[i]);
     free(recs);
+    return again;
+}
+
+static void remark_cb(uv_timer_t *t) {
+    state *st = t->data;
+    while (st->remark) {
+        state_op *op = st->remark;
+        st->remark = op->next;
+        st->pending++;
+        if (!st->connected || st->queue_head) enqueue(st, op);
+        else if (op_send(st, op)) send_failed(st, op);
+    }
+}
+
+/* A batch of marks Redis refused goes again in a second, and again until
+ * Redis takes it (the script skips what is marked already).  Not counted
+ * pending meanwhile: a drain does not wait for a Redis refusing writes. */
+static void remark_later(state *st, state_op *op) {
+    op->next = st->remark;
+    st->remark = op;
+    if (!uv_is_active((uv_handle_t *)&st->remark_timer)) uv_timer_start(&st->remark_timer, remark_cb, 1000, 0);
 }
 
 static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
@@ -518,8 +548,8 @@ static void reply_cb(redisAsyncContext *ac, void *reply, void *privdata) {
         return;
     }
     st->pending--;
-    complete(op, r);
-    op_free(op);
+    if (complete(op, r)) remark_later(st, op);
+    else op_free(op);
 }
 
 int state_format_command(sbuf *b, int argc, const char *const *argv, const size_t *lens) {
@@ -892,9 +922,11 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
     uv_timer_init(loop, &st->reply_watch);
     st->reply_watch.data = st;
     uv_timer_start(&st->reply_watch, reply_watch_cb, 1000, 1000);
+    uv_timer_init(loop, &st->remark_timer);
+    st->remark_timer.data = st;
     uv_prepare_init(loop, &st->before_poll);
     st->before_poll.data = st;
-    st->handles = 5;
+    st->handles = 6;
     connect_now(st);
     return st;
 }
@@ -923,6 +955,13 @@ void state_free(state *st) {
         st->queue_head = op->next;
         op_free(op);
     }
+    while (st->remark) {
+        state_op *op = st->remark;
+        st->remark = op->next;
+        op_free(op);
+    }
+    uv_timer_stop(&st->remark_timer);
+    uv_close((uv_handle_t *)&st->remark_timer, st_close_cb);
     op_free(st->pub);
     st->pub = NULL;
     while (st->pool) {

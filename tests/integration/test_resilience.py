@@ -1158,6 +1158,40 @@ def test_outcomes_waiting_for_their_delivery_hold_no_job_slot(control_stack):
     assert stack.stop_worker(w) == 0
 
 
+
+def test_a_delivery_mark_redis_refused_goes_again_until_it_takes(control_stack):
+    """A job's outcome is delivered while Redis refuses writes (maxmemory
+    reached: OOM).  The mark that records the delivery, which nobody
+    waits for, was logged and dropped: a redelivery of the job's message
+    then found the outcome unmarked and waited worker.takeover_after_ms
+    (10 min) for its owner to deliver what it had delivered.  It goes
+    again each second until Redis takes it."""
+    stack = control_stack
+    w = stack.start_worker()
+    jid = uid("remark")
+    key = "retort:job:{%s}" % jid
+    stack.produce_jobs([job(jid, directive="latency_ms=1500")])
+    stack.wait_called(jid)
+    stack.kafka_control("delay 1 Produce 3000 1")  # the outcome's produce: its report comes 3 s later
+    r = stack.redis_client()
+    deadline = time.time() + 30
+    while r.hget(key, "status") != "final":  # recorded; its delivery report is on its way
+        assert time.time() < deadline, r.hgetall(key)
+        time.sleep(0.02)
+    r.config_set("maxmemory", "1")
+    try:
+        stack.wait_log(w.name, "recording a delivered outcome failed", timeout=20)
+        time.sleep(1.5)  # refused again
+    finally:
+        r.config_set("maxmemory", "0")
+    deadline = time.time() + 10
+    while r.hget(key, "published") != "1":
+        assert time.time() < deadline, r.hgetall(key)
+        time.sleep(0.1)
+    check_exactly_once(stack, [jid])
+    assert stack.worker_log(w.name).count("recording a delivered outcome failed") >= 2
+    assert stack.stop_worker(w) == 0
+
 def test_repairs_and_dead_letters_waiting_for_their_delivery(control_stack):
     """The same with the other ways a job ends: a repair run here
     (retry.local: its failed attempt waits for its retry job's report as a
