@@ -273,6 +273,7 @@ typedef struct state_op {
     void *ud;
     size_t id_off, id_len;     /* the job id inside the first key */
     int sent;                  /* on the wire now */
+    int refusals;              /* PUBLISHED: times Redis refused it (remark_later) */
     struct state_op *next;     /* queue while disconnected */
 } state_op;
 
@@ -299,6 +300,11 @@ struct state {
      * owner that had delivered it. */
     state_op *remark;
     uv_timer_t remark_timer;
+    /* Redis came back after a loss (0: not since the first connect): when
+     * it first answered a command, not when its socket connected (it
+     * answers LOADING while it reads its data back). */
+    int ever_connected, back_due;
+    uint64_t back_ms;
     uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
     /* hiredis 0.14's libuv adapter drops a poll error: when Redis dies
@@ -450,8 +456,23 @@ static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t b
     return h->type == REDIS_REPLY_STRING ? state_parse_head(h->str, h->len, rep, buf, buflen) : -1;
 }
 
+/* A refusal that passes (the server short of memory, a replica or a
+ * loading server, a script running long, a failed disk): a batch of
+ * marks goes again.  Another error (a key of another type, a script
+ * error) would come back every time. */
+static int refusal_passes(const char *e) {
+    static const char *const codes[] = {"OOM", "READONLY", "LOADING", "BUSY", "MISCONF", "MASTERDOWN",
+                                        "TRYAGAIN", "NOREPLICAS", "CLUSTERDOWN", NULL};
+    for (int i = 0; codes[i]; i++) {
+        size_t n = strlen(codes[i]);
+        if (!strncmp(e, codes[i], n) && (e[n] == ' ' || e[n] == '\0')) return 1;
+    }
+    return 0;
+}
+
 /* 1 when op, a batch of marks, is kept to be sent again (remark_later). */
 static int complete(state_op *op, const redisReply *r) {
+    state *st = op->st;
     int again = 0;
     state_reply rep = {0};
     rep.status = "";
@@ -481,6 +502,15 @@ static int complete(state_op *op, const redisReply *r) {
         }
         rep.history = history;
     }
+    if (st->back_due && rep.verdict != STATE_ERROR) {
+        st->back_due = 0;
+        st->back_ms = util_mono_ms();
+    }
+    if (op->script == SCRIPT_PUBLISHED && rep.verdict != STATE_ERROR && op->refusals) {
+        char id[256];
+        snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
+        log_info(id, 0, "recorded %zu delivered outcome(s) Redis had refused %d time(s)", op->nmarks, op->refusals);
+    }
     if (op->cb) {
         op->cb(op->ud, &rep);
     } else if (rep.verdict == STATE_ERROR) {
@@ -488,12 +518,18 @@ static int complete(state_op *op, const redisReply *r) {
          * with the job id from the first key. */
         char id[256];
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
-        again = !op->st->closing;
-        if (op->nmarks > 1)
-            log_warn(id, 0, "recording %zu delivered outcomes (this job's and %zu more) failed: %s%s",
-                     op->nmarks, op->nmarks - 1, rep.error, again ? "; again in 1 s" : "");
-        else
-            log_warn(id, 0, "recording a delivered outcome failed: %s%s", rep.error, again ? "; again in 1 s" : "");
+        again = op->script == SCRIPT_PUBLISHED && !st->closing && r->type == REDIS_REPLY_ERROR &&
+                refusal_passes(r->str);
+        /* once per batch: a Redis refusing writes for minutes refuses it
+         * every second */
+        if (!op->refusals++) {
+            if (op->nmarks > 1)
+                log_warn(id, 0, "recording %zu delivered outcomes (this job's and %zu more) failed: %s%s",
+                         op->nmarks, op->nmarks - 1, rep.error, again ? "; again each second until Redis takes them" : "");
+            else
+                log_warn(id, 0, "recording a delivered outcome failed: %s%s", rep.error,
+                         again ? "; again each second until Redis takes it" : "");
+        }
     }
     cJSON_Delete(history);
     for (size_t i = 0; i < nrecs; i++) jsonin_free(recs[i]);
@@ -713,6 +749,8 @@ static void on_connect(const redisAsyncContext *cac, int status) {
     }
     st->connected = 1;
     st->backoff_ms = 0;
+    st->back_due = st->ever_connected;
+    st->ever_connected = 1;
     uv_timer_stop(&st->connect_watch);
     /* AUTH and SELECT go first on the connection, before any script. */
     if (st->password && st->password[0])
@@ -932,6 +970,7 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
 }
 
 int state_connected(const state *st) { return st->connected; }
+uint64_t state_back_ms(const state *st) { return st->back_ms; }
 /* A batch of marks still to go counts too: a drain that looked only at
  * the commands sent stopped the loop in the turn of the last delivery,
  * before its mark went out. */
@@ -955,11 +994,16 @@ void state_free(state *st) {
         st->queue_head = op->next;
         op_free(op);
     }
+    size_t unmarked = 0;
     while (st->remark) {
         state_op *op = st->remark;
         st->remark = op->next;
+        unmarked += op->nmarks;
         op_free(op);
     }
+    if (unmarked)
+        log_warn(NULL, 0, "%zu delivered outcome(s) left unmarked in Redis, which refused them (a redelivery of "
+                 "their messages produces them again, with the same event ids)", unmarked);
     uv_timer_stop(&st->remark_timer);
     uv_close((uv_handle_t *)&st->remark_timer, st_close_cb);
     op_free(st->pub);

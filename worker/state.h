@@ -84,6 +84,11 @@ int state_connected(const state *st);
 /* Commands sent and not yet answered, plus one for a batch of marks
  * still to go (state_published). */
 size_t state_pending(const state *st);
+/* When Redis came back after the connection was lost (util_mono_ms): its
+ * first answer that was not an error, after the reconnect (not the
+ * connect: a restarted Redis answers LOADING while it reads its data
+ * back).  0 until then, and for the first connection. */
+uint64_t state_back_ms(const state *st);
 
 /* Every string argument is borrowed and copied.  0 = queued.  run: the
  * job's run (1, or what `retort resubmit` set): a message of an earlier
@@ -128,8 +133,11 @@ int state_rate(state *st, const char *endpoint, long rpm, long tpm, long cost, s
  * it: an error is logged here.  The marks of a loop turn go out together
  * (one command per turn, or per 64 marks; state_pending() counts the
  * batch still to go as one); a mark still waiting goes out before any
- * other command on its job.  A mark still queued when the
- * state is freed is dropped (a missing mark only makes a redelivered
+ * other command on its job.  A batch Redis refuses for a while (OOM,
+ * READONLY, LOADING...) goes again each second until it takes it; while
+ * it waits it is not pending, nor ordered with later commands (the mark
+ * only ever raises `published`).  A mark still queued or waiting when
+ * the state is freed is dropped (a missing mark only makes a redelivered
  * message produce its outcome again, with the same event id). */
 int state_published(state *st, const char *job_id, int run, int attempt);
 

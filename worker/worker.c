@@ -234,8 +234,6 @@ struct worker {
     char incarnation[160];   /* id:nonce, this process's lease in Redis */
     long lease_ms;
     uint64_t takeover_after_ms;
-    int redis_seen;          /* connected to Redis once */
-    uint64_t redis_back_ms;  /* when Redis came back after that (mono ms); 0: never */
     uv_timer_t lease_timer;
     const char *source;
     const char *t_jobs, *t_final, *t_esc, *t_dlq;
@@ -2016,14 +2014,17 @@ static void on_owner_lease(void *ud, const state_reply *r) {
         job_abandon(j);
         return;
     }
-    uint64_t mono = util_mono_ms();
-    if (r->attempt != 1 && w->redis_back_ms && mono - w->redis_back_ms < (uint64_t)w->lease_ms) {
+    uint64_t mono = util_mono_ms(), back = state_back_ms(w->st);
+    if (r->attempt != 1 && back && mono - back < (uint64_t)w->lease_ms) {
         /* Redis came back to this process less than a lease ago: the
          * lease may be gone with Redis (down past its TTL, or restarted
          * without it) while its owner lives, its renewal waiting for that
-         * owner's own reconnect.  Taken for gone then, the attempt was
-         * paid for twice; it is, a lease after ours came back. */
-        uv_timer_start(&j->timer, begin_retry_timer, w->redis_back_ms + (uint64_t)w->lease_ms - mono + 1, 0);
+         * owner's own reconnect (or, refused while Redis loaded, for its
+         * next try).  Taken for gone then, the attempt was paid for
+         * twice; it is, a lease after Redis answered again. */
+        log_info(j->job.job_id, j->job.attempt, "%s holds no lease, just after Redis came back; looking again in "
+                 "%llu ms", j->other, (unsigned long long)(back + (uint64_t)w->lease_ms - mono));
+        uv_timer_start(&j->timer, begin_retry_timer, back + (uint64_t)w->lease_ms - mono + 1, 0);
         return;
     }
     uint64_t now = uv_now(w->loop);
@@ -2401,10 +2402,6 @@ static void on_revoke(void *ud, const rd_kafka_topic_partition_list_t *parts) {
 
 static void on_redis_conn(void *ud, int connected) {
     worker *w = ud;
-    if (connected) {
-        if (w->redis_seen) w->redis_back_ms = util_mono_ms();
-        w->redis_seen = 1;
-    }
     if (!w->kio) return;
     if (!connected) {
         log_warn(NULL, 0, "redis unavailable: not taking new jobs");
@@ -2416,13 +2413,21 @@ static void on_redis_conn(void *ud, int connected) {
 
 /* ---- start and stop ----------------------------------------------------- */
 
+static void lease_renew(uv_timer_t *t);
+
 /* Left to the state module, a refused renewal (READONLY, LOADING, NOAUTH)
  * was logged as a failed delivery mark with no job id. */
 static void on_lease_renewed(void *ud, const state_reply *r) {
-    (void)ud;
-    if (r->verdict == STATE_ERROR)
+    worker *w = ud;
+    if (r->verdict == STATE_ERROR) {
         log_warn(NULL, 0, "renewing the worker's lease failed: %s (once it lapses, other workers take "
-                 "this worker's attempts over)", r->error);
+                 "this worker's attempts over); again in 500 ms", r->error);
+        /* not a third of a lease later: a Redis back from a restart
+         * (LOADING until then) lost the lease, and other workers wait
+         * only a lease for it to come back */
+        if (!w->stopping && uv_is_active((uv_handle_t *)&w->lease_timer))
+            uv_timer_start(&w->lease_timer, lease_renew, 500, (uint64_t)w->lease_ms / 3);
+    }
 }
 
 /* This process's lease: while it holds, other workers wait for the
