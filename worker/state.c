@@ -520,15 +520,16 @@ static int complete(state_op *op, const redisReply *r) {
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
         again = op->script == SCRIPT_PUBLISHED && !st->closing && r->type == REDIS_REPLY_ERROR &&
                 refusal_passes(r->str);
-        /* once per batch: a Redis refusing writes for minutes refuses it
-         * every second */
-        if (!op->refusals++) {
+        /* Once per batch while it goes again (a Redis refusing writes for
+         * minutes refuses it every second), and when it is dropped. */
+        if (!op->refusals++ || !again) {
+            const char *then = again ? "; again each second until Redis takes it"
+                               : op->refusals > 1 ? "; dropped" : "";
             if (op->nmarks > 1)
                 log_warn(id, 0, "recording %zu delivered outcomes (this job's and %zu more) failed: %s%s",
-                         op->nmarks, op->nmarks - 1, rep.error, again ? "; again each second until Redis takes them" : "");
+                         op->nmarks, op->nmarks - 1, rep.error, then);
             else
-                log_warn(id, 0, "recording a delivered outcome failed: %s%s", rep.error,
-                         again ? "; again each second until Redis takes it" : "");
+                log_warn(id, 0, "recording a delivered outcome failed: %s%s", rep.error, then);
         }
     }
     cJSON_Delete(history);
@@ -994,7 +995,7 @@ void state_free(state *st) {
         st->queue_head = op->next;
         op_free(op);
     }
-    size_t unmarked = 0;
+    size_t unmarked = 0; /* those waiting to go again (a lower bound: some may be in line) */
     while (st->remark) {
         state_op *op = st->remark;
         st->remark = op->next;

@@ -87,7 +87,8 @@ size_t state_pending(const state *st);
 /* When Redis came back after the connection was lost (util_mono_ms): its
  * first answer that was not an error, after the reconnect (not the
  * connect: a restarted Redis answers LOADING while it reads its data
- * back).  0 until then, and for the first connection. */
+ * back).  0 until the first time; after a later loss, the time before
+ * until Redis answers again. */
 uint64_t state_back_ms(const state *st);
 
 /* Every string argument is borrowed and copied.  0 = queued.  run: the

@@ -2420,13 +2420,14 @@ static void lease_renew(uv_timer_t *t);
 static void on_lease_renewed(void *ud, const state_reply *r) {
     worker *w = ud;
     if (r->verdict == STATE_ERROR) {
+        uint64_t every = (uint64_t)w->lease_ms / 3, soon = every < 500 ? every : 500;
         log_warn(NULL, 0, "renewing the worker's lease failed: %s (once it lapses, other workers take "
-                 "this worker's attempts over); again in 500 ms", r->error);
+                 "this worker's attempts over); again in %llu ms", r->error, (unsigned long long)soon);
         /* not a third of a lease later: a Redis back from a restart
          * (LOADING until then) lost the lease, and other workers wait
-         * only a lease for it to come back */
-        if (!w->stopping && uv_is_active((uv_handle_t *)&w->lease_timer))
-            uv_timer_start(&w->lease_timer, lease_renew, 500, (uint64_t)w->lease_ms / 3);
+         * only a lease for it to come back (a draining worker's attempts
+         * still need it) */
+        if (uv_is_active((uv_handle_t *)&w->lease_timer)) uv_timer_start(&w->lease_timer, lease_renew, soon, every);
     }
 }
 
