@@ -48,7 +48,12 @@
  * attempt comes back with 'done' and 'retried' (its outcome may still be
  * on its way) and with 'busy': the attempt is running on another worker,
  * unless ARGV[8] names that owner (gone: the caller takes the attempt
- * over). */
+ * over).  KEYS[3], with ARGV[8], is that owner's lease, which the caller
+ * found gone: held again now (the owner was slow, not dead, and renewed
+ * it since), the answer is 'alive'.  Read here, in the same step as the
+ * takeover, and not only before it: between the two, such an owner could
+ * record its outcome, and the caller, taking it for gone, delivered it a
+ * second time (or called the LLM a second time). */
 static const char script_begin[] = SCRIPT_HEAD SCRIPT_TTL
     "local f = redis.call('HMGET', KEYS[1], 'attempt', 'status', 'published', 'prompt_tokens', 'completion_tokens',\n"
     "                     'run', 'owner', 'created')\n"
@@ -64,6 +69,9 @@ static const char script_begin[] = SCRIPT_HEAD SCRIPT_TTL
     "  -- a later run than the state knows: its reset was lost; start afresh\n"
     "  redis.call('DEL', KEYS[1], KEYS[2])\n"
     "  cur, status, pub, tok, f[7], f[8] = 0, '', 0, 0, nil, nil\n"
+    "end\n"
+    "if KEYS[3] and f[7] == ARGV[8] and redis.call('EXISTS', KEYS[3]) == 1 then\n"
+    "  return head('alive', status, cur, pub, tok, f[7])\n"
     "end\n"
     "if status == 'final' or status == 'escalated' then\n"
     "  local r = {head('done', status, cur, pub, tok, f[7])}\n"
@@ -413,6 +421,7 @@ int state_parse_head(const char *line, size_t len, state_reply *rep, char *buf, 
                    : VERDICT_IS("stale")      ? STATE_STALE
                    : VERDICT_IS("retried")    ? STATE_RETRIED
                    : VERDICT_IS("busy")       ? STATE_BUSY
+                   : VERDICT_IS("alive")      ? STATE_ALIVE
                    : VERDICT_IS("superseded") ? STATE_SUPERSEDED
                    : VERDICT_IS("ok")         ? STATE_OK
                                               : STATE_ERROR;
@@ -1133,9 +1142,18 @@ static int op_submit(state *st, state_op *op, int failed) {
 }
 
 int state_begin(state *st, const char *job_id, int run, int attempt, int max_attempts, const char *owner,
-                const char *batch_id, const char *takeover, state_cb cb, void *ud) {
+                const char *batch_id, const char *takeover, const char *takeover_holder, state_cb cb,
+                void *ud) {
     state_op *op = op_new(st, SCRIPT_BEGIN, job_id, cb, ud);
     if (!op) return -1;
+    if (takeover && takeover_holder) {
+        if (op_add_key(op, "worker", takeover_holder, "")) {
+            op_free(op);
+            return -1;
+        }
+        op->nkeys = 3;
+        op->argc = 0;
+    }
     int failed = op_addl(op, attempt) || op_addl(op, max_attempts) ||
                  op_addl(op, util_wall_ms()) || op_add(op, owner, strlen(owner)) ||
                  op_addl(op, st->ttl_s) ||

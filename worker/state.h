@@ -54,6 +54,8 @@ typedef enum state_verdict {
                         * this attempt's record, if kept; owner: the later
                         * attempt's, when one runs */
     STATE_BUSY,        /* begin: the attempt is running on another worker (owner) */
+    STATE_ALIVE,       /* begin: the owner named to take over from holds its
+                        * lease again (takeover_holder); nothing was written */
     STATE_SUPERSEDED,  /* finish: another worker took the attempt over */
     STATE_OK,          /* finish / published: written */
     STATE_ERROR        /* the script failed (bug or Redis refused): see error */
@@ -95,9 +97,13 @@ uint64_t state_back_ms(const state *st);
  * job's run (1, or what `retort resubmit` set): a message of an earlier
  * run than the state's is STATE_STALE.  An attempt running under another
  * owner is STATE_BUSY, unless takeover (NULL: none) names that owner: the
- * caller found it gone and takes the attempt over. */
+ * caller found it gone and takes the attempt over.  takeover_holder (NULL:
+ * none), with takeover: the process whose lease the caller found gone;
+ * if the attempt's owner is still takeover and that lease is held again,
+ * the answer is STATE_ALIVE and nothing is taken over. */
 int state_begin(state *st, const char *job_id, int run, int attempt, int max_attempts, const char *owner,
-                const char *batch_id, const char *takeover, state_cb cb, void *ud);
+                const char *batch_id, const char *takeover, const char *takeover_holder, state_cb cb,
+                void *ud);
 /* status: "retrying", "final" or "escalated".  record: JSON text of the
  * attempt's record, record_len bytes.  Unless status is "retrying", the reply's history
  * holds the records of the attempts before this one (NULL for attempt 1):

@@ -86,6 +86,9 @@ typedef struct wjob {
     char next_owner[192];    /* retry.local: the next attempt's, claimed with this record */
     char other[192];         /* the attempt's owner elsewhere (STAGE_WAIT) */
     char takeover[192];      /* that owner, found gone: begin takes over */
+    int takeover_unleased;   /* takeover's lease was found gone (not waited
+                              * out): begin checks it again as it takes over */
+    int takeover_uncounted;  /* decided, and begin has not answered yet */
     uint64_t wait_start_ms;  /* loop time the wait began; 0: none */
     unsigned wait_ms;        /* the next look, doubling */
     llm_call *call;
@@ -2002,6 +2005,14 @@ static size_t owner_holder_len(const char *owner) {
     return colon ? (size_t)(colon - owner) : strlen(owner);
 }
 
+/* That part into holder (the key of its lease), cut to size. */
+static void owner_holder(const char *owner, char *holder, size_t size) {
+    size_t hl = owner_holder_len(owner);
+    if (hl >= size) hl = size - 1;
+    memcpy(holder, owner, hl);
+    holder[hl] = '\0';
+}
+
 static void on_owner_lease(void *ud, const state_reply *r) {
     wjob *j = ud;
     worker *w = j->w;
@@ -2049,7 +2060,8 @@ static void on_owner_lease(void *ud, const state_reply *r) {
     else
         log_info(j->job.job_id, j->job.attempt, "%s is gone; taking its attempt over", j->other);
     memcpy(j->takeover, j->other, sizeof(j->takeover));
-    w->m.takeovers++;
+    j->takeover_unleased = r->attempt != 1;
+    j->takeover_uncounted = 1;
     job_begin(j);
 }
 
@@ -2063,12 +2075,11 @@ static int owner_elsewhere(wjob *j, const char *owner) {
     size_t hl = owner_holder_len(owner);
     if (hl == strlen(w->incarnation) && !memcmp(owner, w->incarnation, hl)) {
         util_concat(j->takeover, sizeof(j->takeover), owner, (char *)NULL);
+        j->takeover_unleased = 0; /* its own lease is held, by this process */
         return 0;
     }
     char holder[160];
-    if (hl >= sizeof(holder)) hl = sizeof(holder) - 1;
-    memcpy(holder, owner, hl);
-    holder[hl] = '\0';
+    owner_holder(owner, holder, sizeof(holder));
     if (strcmp(owner, j->other)) {
         /* Another owner than the one waited for (it took the attempt over
          * meanwhile): its grace starts now.  Measured from the first
@@ -2110,12 +2121,26 @@ static void job_go(wjob *j, long tokens_used) {
 static void on_begin(void *ud, const state_reply *r) {
     wjob *j = ud;
     worker *w = j->w;
+    if (j->takeover_uncounted && r->verdict != STATE_ALIVE && r->verdict != STATE_ERROR) {
+        j->takeover_uncounted = 0;
+        w->m.takeovers++;
+    }
     switch (r->verdict) {
     case STATE_GO:
         job_go(j, r->tokens_used);
         return;
     case STATE_BUSY:
         if (!owner_elsewhere(j, r->owner)) job_begin(j); /* takes over */
+        return;
+    case STATE_ALIVE:
+        /* The owner found gone renewed its lease since: it was slow (a
+         * stall longer than a lease), not dead.  Wait for it again, as
+         * for any live owner; its wait goes on from when it began. */
+        log_info(j->job.job_id, j->job.attempt, "%s holds its lease again; not taking its attempt over", r->owner);
+        j->takeover[0] = '\0';
+        j->takeover_unleased = 0;
+        j->takeover_uncounted = 0;
+        if (!owner_elsewhere(j, r->owner)) job_begin(j);
         return;
     case STATE_DONE:
         if (r->history && r->published < r->attempt && cJSON_GetArraySize(r->history) > 0) {
@@ -2199,8 +2224,11 @@ static void job_begin(wjob *j) {
     if (!j->set_up) job_setup(j); /* not for a message skipped unbegun */
     j->stage = STAGE_BEGIN;
     new_owner(w, j->owner, sizeof(j->owner));
+    char holder[160];
+    owner_holder(j->takeover, holder, sizeof(holder));
     if (state_begin(w->st, j->job.job_id, j->job.run, j->job.attempt, j->job.max_attempts, j->owner,
-                    j->job.batch_id, j->takeover[0] ? j->takeover : NULL, on_begin, j))
+                    j->job.batch_id, j->takeover[0] ? j->takeover : NULL, j->takeover_unleased ? holder : NULL,
+                    on_begin, j))
         uv_timer_start(&j->timer, begin_retry_timer, 1000, 0);
 }
 

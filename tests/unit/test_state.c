@@ -361,7 +361,7 @@ static int wait_verdict(one_job *o)
 
 static int begin_verdict(one_job *o, const char *id, int attempt)
 {
-    assert_int_equal(state_begin(o->st, id, 1, attempt, 3, "w1", NULL, NULL, on_one, o), 0);
+    assert_int_equal(state_begin(o->st, id, 1, attempt, 3, "w1", NULL, NULL, NULL, on_one, o), 0);
     return wait_verdict(o);
 }
 
@@ -534,6 +534,71 @@ static void test_a_script_redis_lost_is_loaded_again(void **s)
     ttl_rig_done(&r);
 }
 
+static int begin_as(one_job *o, const char *id, const char *owner, const char *takeover, const char *holder)
+{
+    assert_int_equal(state_begin(o->st, id, 1, 1, 3, owner, NULL, takeover, holder, on_one, o), 0);
+    return wait_verdict(o);
+}
+
+static void assert_owner(redisContext *c, const char *key, const char *owner)
+{
+    redisReply *r = redisCommand(c, "HGET %s owner", key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, owner);
+    freeReplyObject(r);
+}
+
+/* B found A's lease gone and takes A's attempt over; but A was only slow
+ * (a stall longer than a lease) and has renewed its lease since.  The
+ * lease is read again in the takeover's own step: held, the answer is
+ * STATE_ALIVE and the attempt stays A's, whether A is still calling
+ * (else the LLM is paid twice) or has recorded its outcome meanwhile
+ * (else B delivered that outcome a second time).  A takeover without the
+ * lease named (waited out, not found gone) goes on as before, and so does
+ * one whose owner's lease is gone. */
+static void test_a_takeover_of_an_owner_back_with_its_lease_is_called_off(void **s)
+{
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 60);
+    redisContext *c = r.c;
+    one_job *o = &r.o;
+    static const char rec[] = "{\"attempt\":1}";
+
+    assert_int_equal(begin_as(o, "k1", "A:1", NULL, NULL), STATE_GO);
+    assert_int_equal(begin_as(o, "k1", "B:1", NULL, NULL), STATE_BUSY);
+    freeReplyObject(redisCommand(c, "SET t:worker:{A} 1 PX 10000"));
+    assert_int_equal(begin_as(o, "k1", "B:1", "A:1", "A"), STATE_ALIVE);
+    assert_owner(c, "t:job:{k1}", "A:1");
+
+    /* A recorded its outcome between B's read of the lease and B's begin */
+    assert_int_equal(state_finish(o->st, "k1", NULL, "A:1", 1, "final", rec, sizeof rec - 1, 10, 5, NULL,
+                                  on_one, o), 0);
+    assert_int_equal(wait_verdict(o), STATE_OK);
+    assert_int_equal(begin_as(o, "k1", "B:1", "A:1", "A"), STATE_ALIVE);
+    freeReplyObject(redisCommand(c, "DEL t:worker:{A}"));
+    assert_int_equal(begin_as(o, "k1", "B:1", "A:1", "A"), STATE_DONE);
+
+    /* waited out (no lease named): taken over though A holds its lease */
+    freeReplyObject(redisCommand(c, "SET t:worker:{A} 1 PX 10000"));
+    assert_int_equal(begin_as(o, "k2", "A:2", NULL, NULL), STATE_GO);
+    assert_int_equal(begin_as(o, "k2", "B:2", "A:2", NULL), STATE_GO);
+    assert_owner(c, "t:job:{k2}", "B:2");
+
+    /* A gone: taken over */
+    assert_int_equal(begin_as(o, "k3", "A:3", NULL, NULL), STATE_GO);
+    freeReplyObject(redisCommand(c, "DEL t:worker:{A}"));
+    assert_int_equal(begin_as(o, "k3", "B:3", "A:3", "A"), STATE_GO);
+    assert_owner(c, "t:job:{k3}", "B:3");
+
+    /* another worker's lease held is not A's */
+    assert_int_equal(begin_as(o, "k4", "A:4", NULL, NULL), STATE_GO);
+    freeReplyObject(redisCommand(c, "SET t:worker:{C} 1 PX 10000"));
+    assert_int_equal(begin_as(o, "k4", "B:4", "A:4", "A"), STATE_GO);
+
+    ttl_rig_done(&r);
+}
+
 /* At a TTL of 100,000 s, 1% is 1,000 s: a hash whose TTL drifted 500 s
  * (an attempt that long) keeps it; one 2,000 s off gets it anew. */
 static void test_a_ttl_within_one_percent_is_kept(void **s)
@@ -662,6 +727,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_mark_of_an_earlier_run_is_not_the_new_runs, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_script_redis_lost_is_loaded_again, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_takeover_of_an_owner_back_with_its_lease_is_called_off, redis_start,
+                                        redis_stop),
         cmocka_unit_test_setup_teardown(test_a_batch_ttl_within_one_percent_is_kept, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_commands_reused_carry_only_their_own_arguments, redis_start, redis_stop),
     };
