@@ -683,28 +683,9 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
  * whoever reads the retry job takes the attempt over once this process's
  * lease lapses.
  *
- * 0 = done; -1 = not here (off, shutting down, the retry job came back
- * first and runs already, Redis down, no memory): the caller goes on with
- * j. */
-static int continue_here(wjob *j, int claimed, long tokens_used) {
+ * n: the next attempt's job, from next_attempt_new (taken). */
+static void continue_with(wjob *j, wjob *n, int claimed, long tokens_used) {
     worker *w = j->w;
-    /* A claim made is taken up even when shutting down (the attempt is
-     * ours): n then goes at call_llm, uncommitted, as any job before its
-     * call after the stop, and the retry job's reader takes it over. */
-    if (!j->in_map || (!claimed && (!w->retry_local || w->stopping || !state_connected(w->st)))) return -1;
-    wjob *n = wjob_new(w, j->partition, j->offset, j->epoch);
-    if (!n) return -1;
-    char err[512], id[EVENTS_SUBJECT_MAX];
-    cJSON *violations = NULL;
-    if (job_parse(j->ev_value, strlen(j->ev_value), w->envelope, w->default_max_attempts,
-                  w->max_attempts_ceiling, &n->job, &violations, id, sizeof(id), err, sizeof(err))) {
-        /* Our own retry job: only a bug or no memory gets here.  The copy
-         * on the topic goes the usual way. */
-        log_warn(j->job.job_id, j->ev_attempt, "cannot run the retry here (%s); it waits for its retry job", err);
-        cJSON_Delete(violations);
-        wjob_free(n);
-        return -1;
-    }
     n->chain_first = j->chain_first ? j->chain_first : n->job.attempt;
     map_del(w, j);
     n->dups = j->dups;
@@ -723,7 +704,7 @@ static int continue_here(wjob *j, int claimed, long tokens_used) {
         memcpy(n->owner, j->next_owner, sizeof(n->owner));
         job_setup(n);
         job_go(n, tokens_used);
-        return 0;
+        return;
     }
     if (j->delivering) { /* (never, as slot_release goes) n takes a slot again */
         w->delivering--;
@@ -731,10 +712,47 @@ static int continue_here(wjob *j, int claimed, long tokens_used) {
     }
     wjob_free(j);
     job_begin(n);
+}
+
+/* The job of the attempt after j's, from j's retry job (ev_value), for
+ * continue_with; NULL (said) when it cannot be made: no memory, or a bug.
+ * Made before the record that would claim that attempt is sent: a claim
+ * whose attempt could not start here held it, with this process's lease,
+ * from every other worker for worker.takeover_after_ms. */
+static wjob *next_attempt_new(wjob *j) {
+    worker *w = j->w;
+    wjob *n = j->ev_value ? wjob_new(w, j->partition, j->offset, j->epoch) : NULL;
+    if (!n) {
+        log_warn(j->job.job_id, j->job.attempt, "out of memory starting the retry here; it waits for its retry job");
+        return NULL;
+    }
+    char err[512], id[EVENTS_SUBJECT_MAX];
+    cJSON *violations = NULL;
+    if (job_parse(j->ev_value, strlen(j->ev_value), w->envelope, w->default_max_attempts,
+                  w->max_attempts_ceiling, &n->job, &violations, id, sizeof(id), err, sizeof(err))) {
+        /* Our own retry job: only a bug or no memory gets here.  The copy
+         * on the topic goes the usual way. */
+        log_warn(j->job.job_id, j->ev_attempt, "cannot run the retry here (%s); it waits for its retry job", err);
+        cJSON_Delete(violations);
+        wjob_free(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* continue_with, unclaimed, after j's retry job was delivered.  0 = done;
+ * -1 = not here (off, shutting down, the retry job came back first and
+ * runs already, Redis down, no memory): the caller goes on with j. */
+static int continue_here(wjob *j) {
+    worker *w = j->w;
+    if (!j->in_map || !w->retry_local || w->stopping || !state_connected(w->st)) return -1;
+    wjob *n = next_attempt_new(j);
+    if (!n) return -1;
+    continue_with(j, n, 0, 0);
     return 0;
 }
 
-/* j may claim its next attempt with its record (continue_here, claimed):
+/* j may claim its next attempt with its record (continue_with, claimed):
  * retry.local, and no earlier retry job of the job still waiting for its
  * report (one shadow a job: the next attempt then starts at this one's
  * report, which comes after, the retry jobs of a job sharing its key). */
@@ -802,7 +820,7 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
         shadow_done(j);
         return;
     }
-    if (j->ev_type == EVENT_RETRY && continue_here(j, 0, 0) == 0) return;
+    if (j->ev_type == EVENT_RETRY && continue_here(j) == 0) return;
     job_done(j);
 }
 
@@ -1141,12 +1159,19 @@ static void record_attempt(wjob *j) {
     /* retry.local: the next attempt is claimed with the record, one write
      * (and fsync) fewer a repair.  The owner is chosen once, so that the
      * call sent again after a lost reply is the same call. */
-    if (j->action == DECIDE_RETRY && !j->next_owner[0] && !j->doomed && may_continue(j))
-        new_owner(w, j->next_owner, sizeof(j->next_owner));
+    wjob *n = NULL;
+    if (j->action == DECIDE_RETRY && !j->next_owner[0] && !j->doomed && may_continue(j)) {
+        build_retry(j, j->job.attempt, 0);
+        if ((n = next_attempt_new(j))) new_owner(w, j->next_owner, sizeof(j->next_owner));
+    }
     if (!j->rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, j->rec,
                                 j->rec_len, j->ptoks, j->ctoks, j->next_owner[0] ? j->next_owner : NULL,
                                 on_finish, j)) {
         log_error(j->job.job_id, j->job.attempt, "out of memory recording the attempt; retrying");
+        if (n) { /* nothing claimed: chosen again next time */
+            wjob_free(n);
+            j->next_owner[0] = '\0';
+        }
         uv_timer_start(&j->timer, finish_retry_timer, 1000, 0);
         return;
     }
@@ -1155,12 +1180,12 @@ static void record_attempt(wjob *j) {
      * way, rather than one fsync'd Redis write later: the claim fails only
      * if this attempt was taken over (our lease lapsed), and then Redis
      * refuses the next attempt's record too.  Its tokens so far are what
-     * the record adds to Redis's count.  Sent again after an error, the
+     * the record adds to Redis's count.  A claim made is taken up even when
+     * shutting down (the attempt is ours): n then goes at call_llm,
+     * uncommitted, as any job before its call after the stop, and the
+     * retry job's reader takes it over.  Sent again after an error, the
      * record finds it started (j is its shadow). */
-    if (j->action == DECIDE_RETRY && j->next_owner[0] && !j->shadow) {
-        build_retry(j, j->job.attempt, 0);
-        continue_here(j, 1, j->tokens_before + j->ptoks + j->ctoks);
-    }
+    if (n) continue_with(j, n, 1, j->tokens_before + j->ptoks + j->ctoks);
 }
 
 static void finish_retry_timer(uv_timer_t *t) { record_attempt(t->data); }
