@@ -465,16 +465,22 @@ static int parse_head(const redisReply *h, state_reply *rep, char *buf, size_t b
     return h->type == REDIS_REPLY_STRING ? state_parse_head(h->str, h->len, rep, buf, buflen) : -1;
 }
 
-/* A refusal that passes (the server short of memory, a replica or a
- * loading server, a script running long, a failed disk): a batch of
- * marks goes again.  Another error (a key of another type, a script
- * error) would come back every time. */
-static int refusal_passes(const char *e) {
+int state_refusal_passes(const char *e) {
     static const char *const codes[] = {"OOM", "READONLY", "LOADING", "BUSY", "MISCONF", "MASTERDOWN",
                                         "TRYAGAIN", "NOREPLICAS", "CLUSTERDOWN", NULL};
+    /* Before Redis 7, a command a script called and Redis refused comes
+     * back inside the script's error: "ERR Error running script (call to
+     * f_SHA): @user_script:3: -OOM command not allowed ...". */
+    static const char wrapped[] = "ERR Error running script";
+    const char *code = e;
+    if (!strncmp(e, wrapped, sizeof(wrapped) - 1)) {
+        code = strstr(e, ": -");
+        if (!code) return 0;
+        code += 3;
+    }
     for (int i = 0; codes[i]; i++) {
         size_t n = strlen(codes[i]);
-        if (!strncmp(e, codes[i], n) && (e[n] == ' ' || e[n] == '\0')) return 1;
+        if (!strncmp(code, codes[i], n) && (code[n] == ' ' || code[n] == '\0')) return 1;
     }
     return 0;
 }
@@ -528,7 +534,7 @@ static int complete(state_op *op, const redisReply *r) {
         char id[256];
         snprintf(id, sizeof(id), "%.*s", (int)op->id_len, op->args.data + op->id_off);
         again = op->script == SCRIPT_PUBLISHED && !st->closing && r->type == REDIS_REPLY_ERROR &&
-                refusal_passes(r->str);
+                state_refusal_passes(r->str);
         /* Once per batch while it goes again (a Redis refusing writes for
          * minutes refuses it every second), and when it is dropped. */
         if (!op->refusals++ || !again) {

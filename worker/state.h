@@ -153,6 +153,12 @@ int state_published(state *st, const char *job_id, int run, int attempt);
  * reply: rep->owner points into it), into rep; STATUS is copied into buf.
  * 0 = ok, -1 on a line of another shape.  Exposed for the unit tests. */
 int state_parse_head(const char *line, size_t len, state_reply *rep, char *buf, size_t buflen);
+/* 1 when e, an error reply's text, is a refusal that passes (the server
+ * short of memory, a replica or a loading server, a script running long,
+ * a failed disk), also as Redis before 7 wraps it in a script's error: a
+ * batch of marks goes again.  Another error (a key of another type, a
+ * script's own error) would come back every time. */
+int state_refusal_passes(const char *e);
 
 /* Whether a Redis whose INFO memory reads info[0..len) evicts keys: a
  * maxmemory set, with any policy but noeviction.  The policy is copied

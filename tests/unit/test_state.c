@@ -122,6 +122,32 @@ static void test_parse_head(void **s)
 
 /* INFO memory's text: a Redis that evicts keys at its maxmemory is told
  * apart from one that never does. */
+/* Which refusals send a batch of marks again: Redis's codes that pass,
+ * bare (Redis 7 passes a script's refused command through) or wrapped in
+ * the script's error (Redis 6: a batch refused for OOM was dropped). */
+static void test_refusals_that_pass(void **s)
+{
+    (void)s;
+    assert_true(state_refusal_passes("OOM command not allowed when used memory > 'maxmemory'."));
+    assert_true(state_refusal_passes("READONLY You can't write against a read only replica."));
+    assert_true(state_refusal_passes("LOADING Redis is loading the dataset in memory"));
+    assert_true(state_refusal_passes("BUSY Redis is busy running a script."));
+    assert_true(state_refusal_passes("MISCONF"));
+    assert_true(state_refusal_passes("ERR Error running script (call to f_8f55ae4a3be429c6d38c5d5db3e80edf89197b64): "
+                                     "@user_script:41: @user_script: 41: -OOM command not allowed when used "
+                                     "memory > 'maxmemory'."));
+    assert_true(state_refusal_passes("ERR Error running script (call to f_0123): @user_script:5: @user_script: 5: "
+                                     "-READONLY You can't write against a read only replica."));
+    assert_false(state_refusal_passes("WRONGTYPE Operation against a key holding the wrong kind of value"));
+    assert_false(state_refusal_passes("OOMPH"));
+    assert_false(state_refusal_passes("ERR unknown command"));
+    assert_false(state_refusal_passes("ERR Error running script (call to f_0123): @user_script:5: "
+                                      "user_script:5: Script attempted to access nonexistent global variable"));
+    assert_false(state_refusal_passes("ERR Error running script (call to f_0123): @user_script:5: @user_script: 5: "
+                                      "-WRONGTYPE Operation against a key holding the wrong kind of value"));
+    assert_false(state_refusal_passes("NOSCRIPT No matching script. Please use EVAL."));
+}
+
 static void test_parse_eviction(void **s)
 {
     (void)s;
@@ -720,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_format_command),
         cmocka_unit_test(test_parse_head),
         cmocka_unit_test(test_parse_eviction),
+        cmocka_unit_test(test_refusals_that_pass),
         cmocka_unit_test(test_an_fd_libuv_still_watches_is_tried_again),
         cmocka_unit_test_setup_teardown(test_a_command_that_could_not_be_sent_goes_a_moment_later, redis_start,
                                         redis_stop),
