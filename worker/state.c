@@ -313,6 +313,9 @@ struct state {
      * answers LOADING while it reads its data back). */
     int ever_connected, back_due;
     uint64_t back_ms;
+    uint64_t started_ms;       /* when the Redis connected to started, by its
+                                * uptime (util_mono_ms; 0: before this
+                                * process's clock began, or unknown) */
     uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
     /* hiredis 0.14's libuv adapter drops a poll error: when Redis dies
@@ -520,6 +523,10 @@ static int complete(state_op *op, const redisReply *r) {
     if (st->back_due && rep.verdict != STATE_ERROR) {
         st->back_due = 0;
         st->back_ms = util_mono_ms();
+    } else if (rep.verdict == STATE_ERROR && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "LOADING", 7)) {
+        /* loading its data back, at this process's first connect too:
+         * back at its first answer */
+        st->back_due = 1;
     }
     if (op->script == SCRIPT_PUBLISHED && rep.verdict != STATE_ERROR && op->refusals) {
         char id[256];
@@ -737,6 +744,21 @@ static void memory_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     }
 }
 
+/* INFO server's reply: when Redis started.  A Redis restarted a moment
+ * before this process's first connect may have lost the leases (see
+ * state_back_ms) as surely as one restarted while connected. */
+static void server_cb(redisAsyncContext *ac, void *reply, void *privdata) {
+    state *st = ac->data;
+    redisReply *r = reply;
+    char up[32];
+    (void)privdata;
+    if (!st || !r || r->type != REDIS_REPLY_STRING || info_field(r->str, r->len, "uptime_in_seconds", up, sizeof(up)))
+        return;
+    /* whole seconds: it started at the latest that many ago */
+    uint64_t up_ms = strtoull(up, NULL, 10) * 1000, now = util_mono_ms();
+    st->started_ms = up_ms < now ? now - up_ms : 0;
+}
+
 static void reconnect_cb(uv_timer_t *t) { connect_now(t->data); }
 
 /* Doubling from 100 ms up to 1 s: every job waits while Redis is away, so
@@ -778,6 +800,7 @@ static void on_connect(const redisAsyncContext *cac, int status) {
                                            scripts[i]) == REDIS_OK;
     }
     redisAsyncCommand(ac, memory_cb, NULL, "INFO memory");
+    redisAsyncCommand(ac, server_cb, NULL, "INFO server");
     log_info(NULL, 0, "redis %s:%d connected", st->host, st->port);
     flush_queue(st);
     if (st->conn_cb) st->conn_cb(st->conn_ud, 1);
@@ -986,7 +1009,7 @@ state *state_new(uv_loop_t *loop, const state_options *opts, state_conn_cb conn_
 }
 
 int state_connected(const state *st) { return st->connected; }
-uint64_t state_back_ms(const state *st) { return st->back_ms; }
+uint64_t state_back_ms(const state *st) { return st->back_ms > st->started_ms ? st->back_ms : st->started_ms; }
 /* A batch of marks still to go counts too: a drain that looked only at
  * the commands sent stopped the loop in the turn of the last delivery,
  * before its mark went out. */

@@ -307,6 +307,37 @@ def test_a_lease_lost_with_redis_is_not_taken_for_its_owners_death(stack):
     assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
 
 
+def test_a_lease_lost_with_a_redis_restarted_before_a_first_connect_is_not_taken_for_dead(stack):
+    """As above, but the worker that finds the lease gone starts while
+    Redis is away: its first connect is to the Redis restarted without the
+    leases.  A Redis's start (its uptime) is a coming back too; before,
+    only a reconnect was, and this worker took the live owner's attempt
+    over at its first look."""
+    a = stack.start_worker("--set", "llm.timeout_ms=30000", "--set", "kafka.consumer.session.timeout.ms=30000",
+                           name="a")
+    jid = uid("firstlease")
+    stack.produce_jobs([job(jid, directive="latency_ms=12000")])
+    stack.wait_called(jid)
+    a.send_signal(signal.SIGSTOP)
+    try:
+        stack.stop_redis()
+        # B joins its group and reads the job while Redis is away
+        b = stack.start_worker("--set", "kafka.group.id=retort-other", "--set", "llm.timeout_ms=30000", name="b")
+        time.sleep(6.5)
+        stack.start_redis()
+        stack._wait_redis()
+        time.sleep(2)
+    finally:
+        a.send_signal(signal.SIGCONT)
+    outs = check_exactly_once(stack, [jid])
+    assert [m["headers"]["ce_type"] for m in outs if m["value"]["job_id"] == jid] == ["retort.job.final"]
+    time.sleep(2)  # B's next look, after the outcome's delivery mark
+    assert stack.llm_stats()["calls"].get(jid + ":1") == 1
+    log_b = stack.worker_log("b")
+    assert "holds no lease, just after Redis came back" in log_b and "attempt over" not in log_b, log_b[-3000:]
+    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
+
+
 def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
     """An attempt left 'running' by a worker that died: taken over at once
     when its lease is gone, after it lapses when it still holds."""
