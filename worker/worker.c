@@ -88,7 +88,7 @@ typedef struct wjob {
     char takeover[192];      /* that owner, found gone: begin takes over */
     int takeover_unleased;   /* takeover's lease was found gone (not waited
                               * out): begin checks it again as it takes over */
-    int takeover_uncounted;  /* decided, and begin has not answered yet */
+    int takeover_uncounted;  /* decided, and not made yet (takeover_made) */
     uint64_t wait_start_ms;  /* loop time the wait began; 0: none */
     unsigned wait_ms;        /* the next look, doubling */
     llm_call *call;
@@ -941,6 +941,11 @@ static void build_retry(wjob *j, int attempt, size_t limit) {
     set_event(j, EVENT_RETRY, w->t_jobs, attempt, NULL, value);
 }
 
+/* 1 when j's event is its attempt's retry job, built already. */
+static int retry_built(const wjob *j) {
+    return j->ev_value && j->ev_type == EVENT_RETRY && j->ev_attempt == j->job.attempt;
+}
+
 /* Kafka refused the message as too large (the producer or the broker): an
  * event is fitted to half its size when produced again (fit_event), a
  * retry job goes one cut further.  0 = cut; -1 = nothing left to cut (the
@@ -1019,9 +1024,9 @@ static void on_finish(void *ud, const state_reply *r) {
         return;
     }
     if (j->action == DECIDE_RETRY) {
-        /* A record that claimed the next attempt built the retry job when
-         * it was sent, whether or not that attempt could start here. */
-        if (!j->next_owner[0]) build_retry(j, j->job.attempt, 0);
+        /* Built already when the record went, if retry.local tried to
+         * start the next attempt here (counted and said once if cut). */
+        if (!retry_built(j)) build_retry(j, j->job.attempt, 0);
     } else if (j->action == DECIDE_FINAL) {
         /* The records before this attempt (from Redis), then this one's,
          * which is only text: the event reads its parts from the job. */
@@ -1042,15 +1047,7 @@ static void on_finish(void *ud, const state_reply *r) {
     }
     log_info(j->job.job_id, j->job.attempt, "%s: %s", decide_action_name(j->action), j->reason);
     produce_outcome(j);
-    if (j->shadow) {
-        record_parked(j->succ);
-        return;
-    }
-    /* Claimed, but not started with the record (no memory): the retry
-     * job's reader takes the claim over, at once if it is this process. */
-    if (j->action == DECIDE_RETRY && j->next_owner[0])
-        log_warn(j->job.job_id, j->job.attempt, "attempt %d claimed but not started here; its retry job will",
-                 j->job.attempt + 1);
+    if (j->shadow) record_parked(j->succ);
 }
 
 /* Appends ,"key": and s[0..len) as a JSON string, or null when s is NULL. */
@@ -1160,8 +1157,8 @@ static void record_attempt(wjob *j) {
      * (and fsync) fewer a repair.  The owner is chosen once, so that the
      * call sent again after a lost reply is the same call. */
     wjob *n = NULL;
-    if (j->action == DECIDE_RETRY && !j->next_owner[0] && !j->doomed && may_continue(j)) {
-        build_retry(j, j->job.attempt, 0);
+    if (j->rec && j->action == DECIDE_RETRY && !j->next_owner[0] && !j->doomed && may_continue(j)) {
+        if (!retry_built(j)) build_retry(j, j->job.attempt, 0);
         if ((n = next_attempt_new(j))) new_owner(w, j->next_owner, sizeof(j->next_owner));
     }
     if (!j->rec || state_finish(w->st, j->job.job_id, j->job.batch_id, j->owner, j->job.attempt, status, j->rec,
@@ -2143,15 +2140,21 @@ static void job_go(wjob *j, long tokens_used) {
     call_llm(j);
 }
 
+/* A takeover decided (on_owner_lease) is counted once it is made: begin
+ * let it run the attempt or deliver the outcome (not when the owner came
+ * back, another took it first, or the job was over). */
+static void takeover_made(wjob *j) {
+    if (!j->takeover_uncounted) return;
+    j->takeover_uncounted = 0;
+    j->w->m.takeovers++;
+}
+
 static void on_begin(void *ud, const state_reply *r) {
     wjob *j = ud;
     worker *w = j->w;
-    if (j->takeover_uncounted && r->verdict != STATE_ALIVE && r->verdict != STATE_ERROR) {
-        j->takeover_uncounted = 0;
-        w->m.takeovers++;
-    }
     switch (r->verdict) {
     case STATE_GO:
+        takeover_made(j);
         job_go(j, r->tokens_used);
         return;
     case STATE_BUSY:
@@ -2173,6 +2176,7 @@ static void on_begin(void *ud, const state_reply *r) {
              * owner lives and will deliver it, produce it again with the
              * same event id. */
             if (owner_elsewhere(j, r->owner)) return;
+            takeover_made(j);
             log_info(j->job.job_id, j->job.attempt, "job already %s; republishing its outcome", r->status);
             build_from_history(j, r->status, r->history);
             produce_outcome(j);
@@ -2197,6 +2201,7 @@ static void on_begin(void *ud, const state_reply *r) {
         return;
     case STATE_RETRIED:
         if (r->published < r->attempt && owner_elsewhere(j, r->owner)) return;
+        if (r->published < r->attempt) takeover_made(j);
         if (r->history && r->published < r->attempt && cJSON_GetArraySize(r->history) > 0) {
             const cJSON *rec = cJSON_GetArrayItem(r->history, 0);
             const cJSON *reason = cJSON_GetObjectItemCaseSensitive(rec, "reason");

@@ -89,6 +89,7 @@ static void test_parse_head(void **s)
         {"go  1 0 0", 0, STATE_GO, "", 1, 0, 0, NULL},
         {"done final 3 3 1234 w-1:inc:7", 0, STATE_DONE, "final", 3, 3, 1234, "w-1:inc:7"},
         {"busy running 2 1 99 owner with spaces", 0, STATE_BUSY, "running", 2, 1, 99, "owner with spaces"},
+        {"alive final 1 0 15 a:b:1", 0, STATE_ALIVE, "final", 1, 0, 15, "a:b:1"},
         {"ok final 12 0 9999999999999999", 0, STATE_OK, "final", 12, 0, 9999999999999999LL, NULL},
         {"stale x 0 -1 0", 0, STATE_STALE, "x", 0, -1, 0, NULL},
         {"retried retrying 4 4 9223372036854775807", 0, STATE_RETRIED, "retrying", 4, 4, 9223372036854775807LL, NULL},
@@ -602,6 +603,10 @@ static void test_a_takeover_of_an_owner_back_with_its_lease_is_called_off(void *
                                   on_one, o), 0);
     assert_int_equal(wait_verdict(o), STATE_OK);
     assert_int_equal(begin_as(o, "k1", "B:1", "A:1", "A"), STATE_ALIVE);
+    /* its outcome delivered: nothing to take over, the message is done */
+    freeReplyObject(redisCommand(c, "HSET t:job:{k1} published 1"));
+    assert_int_equal(begin_as(o, "k1", "B:1", "A:1", "A"), STATE_DONE);
+    freeReplyObject(redisCommand(c, "HSET t:job:{k1} published 0"));
     freeReplyObject(redisCommand(c, "DEL t:worker:{A}"));
     assert_int_equal(begin_as(o, "k1", "B:1", "A:1", "A"), STATE_DONE);
 
