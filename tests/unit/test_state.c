@@ -630,6 +630,33 @@ static void test_a_takeover_of_an_owner_back_with_its_lease_is_called_off(void *
     ttl_rig_done(&r);
 }
 
+/* A finish that Redis fails part way (here the batch's key is of another
+ * type) wrote nothing: a script that fails keeps what it wrote before,
+ * and the record pushed before the batch's counters were read was pushed
+ * again by each resend, once a second.  Once the key is right, the
+ * record goes once. */
+static void test_a_finish_that_fails_writes_nothing(void **s)
+{
+    ttl_rig r;
+    ttl_rig_start(&r, ((server *)*s)->port, 60);
+    redisContext *c = r.c;
+    one_job *o = &r.o;
+    assert_int_equal(begin_verdict(o, "f1", 1), STATE_GO);
+    freeReplyObject(redisCommand(c, "SET t:batch:{b1} not-a-hash"));
+    for (int i = 0; i < 3; i++) assert_int_equal(finish_verdict(o, "f1", "b1", 1, "final"), STATE_ERROR);
+    assert_int_equal(redis_int(c, "LLEN %s", "t:job:{f1}:history"), 0);
+    freeReplyObject(redisCommand(c, "DEL t:batch:{b1}"));
+    assert_int_equal(finish_verdict(o, "f1", "b1", 1, "final"), STATE_OK);
+    assert_int_equal(finish_verdict(o, "f1", "b1", 1, "final"), STATE_OK);
+    assert_int_equal(redis_int(c, "LLEN %s", "t:job:{f1}:history"), 1);
+    redisReply *rr = redisCommand(c, "HGET t:batch:{b1} final");
+    assert_non_null(rr);
+    assert_int_equal(rr->type, REDIS_REPLY_STRING);
+    assert_string_equal(rr->str, "1");
+    freeReplyObject(rr);
+    ttl_rig_done(&r);
+}
+
 /* At a TTL of 100,000 s, 1% is 1,000 s: a hash whose TTL drifted 500 s
  * (an attempt that long) keeps it; one 2,000 s off gets it anew. */
 static void test_a_ttl_within_one_percent_is_kept(void **s)
@@ -759,6 +786,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_mark_of_an_earlier_run_is_not_the_new_runs, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_ttl_within_one_percent_is_kept, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_script_redis_lost_is_loaded_again, redis_start, redis_stop),
+        cmocka_unit_test_setup_teardown(test_a_finish_that_fails_writes_nothing, redis_start, redis_stop),
         cmocka_unit_test_setup_teardown(test_a_takeover_of_an_owner_back_with_its_lease_is_called_off, redis_start,
                                         redis_stop),
         cmocka_unit_test_setup_teardown(test_a_batch_ttl_within_one_percent_is_kept, redis_start, redis_stop),
