@@ -238,6 +238,7 @@ struct worker {
     long lease_ms;
     uint64_t takeover_after_ms;
     uv_timer_t lease_timer;
+    uint64_t lease_refusals;   /* renewals failed in a row (said once) */
     const char *source;
     const char *t_jobs, *t_final, *t_esc, *t_dlq;
     llm_provider provider;
@@ -2477,16 +2478,24 @@ static void lease_renew(uv_timer_t *t);
  * was logged as a failed delivery mark with no job id. */
 static void on_lease_renewed(void *ud, const state_reply *r) {
     worker *w = ud;
-    if (r->verdict == STATE_ERROR) {
-        uint64_t every = (uint64_t)w->lease_ms / 3, soon = every < 500 ? every : 500;
-        log_warn(NULL, 0, "renewing the worker's lease failed: %s (once it lapses, other workers take "
-                 "this worker's attempts over); again in %llu ms", r->error, (unsigned long long)soon);
-        /* not a third of a lease later: a Redis back from a restart
-         * (LOADING until then) lost the lease, and other workers wait
-         * only a lease for it to come back (a draining worker's attempts
-         * still need it) */
-        if (uv_is_active((uv_handle_t *)&w->lease_timer)) uv_timer_start(&w->lease_timer, lease_renew, soon, every);
+    if (r->verdict != STATE_ERROR) {
+        if (w->lease_refusals)
+            log_info(NULL, 0, "the worker's lease is renewed, after %llu failed tries",
+                     (unsigned long long)w->lease_refusals);
+        w->lease_refusals = 0;
+        return;
     }
+    uint64_t every = (uint64_t)w->lease_ms / 3, soon = every < 500 ? every : 500;
+    /* Said once until it is renewed: a Redis refusing writes for minutes
+     * (out of memory, a replica) refuses it twice a second. */
+    if (!w->lease_refusals++)
+        log_warn(NULL, 0, "renewing the worker's lease failed: %s (once it lapses, other workers take "
+                 "this worker's attempts over); trying again every %llu ms until it is renewed", r->error,
+                 (unsigned long long)soon);
+    /* not a third of a lease later: a Redis back from a restart (LOADING
+     * until then) lost the lease, and other workers wait only a lease for
+     * it to come back (a draining worker's attempts still need it) */
+    if (uv_is_active((uv_handle_t *)&w->lease_timer)) uv_timer_start(&w->lease_timer, lease_renew, soon, every);
 }
 
 /* This process's lease: while it holds, other workers wait for the

@@ -683,7 +683,8 @@ def test_an_attempt_redis_refused_to_record_is_counted_once(stack):
     is counted once in the metrics (each try counted it again: 6 attempts
     for this one), with the record as first made.  A lease
     renewal Redis refused is logged as such (it was logged as a failed
-    delivery mark, with no job id)."""
+    delivery mark, with no job id), once until it is renewed (it was
+    logged at each try, twice a second)."""
     port = free_port()
     w = stack.start_worker("--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
     jid = uid("oom")
@@ -693,10 +694,14 @@ def test_an_attempt_redis_refused_to_record_is_counted_once(stack):
     r.config_set("maxmemory", "1")
     try:
         stack.wait_log(w.name, "recording the attempt failed", count=3, timeout=20)
-        # the lease is renewed every 1.7 s (worker.lease_ms 5000)
+        # the lease is renewed every 1.7 s (worker.lease_ms 5000), and
+        # tried again every 0.5 s while refused: said once, not each time
         stack.wait_log(w.name, "renewing the worker's lease failed", timeout=10)
+        time.sleep(1.6)
     finally:
         r.config_set("maxmemory", "0")
+    stack.wait_log(w.name, "the worker's lease is renewed, after", timeout=10)
+    assert stack.worker_log(w.name).count("renewing the worker's lease failed") == 1
     outs = check_exactly_once(stack, [jid])
     assert outs[0]["headers"]["ce_type"] == "retort.job.final", outs[0]
     lines = stack.log_lines(w.name)
