@@ -102,6 +102,7 @@ typedef struct wjob {
     struct rate_queue *rate_q; /* the queue it waited in (NULL: none) */
     uv_timer_t timer;
     int tries;
+    unsigned undelivered;    /* deliveries of its event failed in a row */
     uint64_t start_us;
     int64_t recv_wall;       /* when the message was taken from Kafka */
     int64_t start_wall;      /* when the claim was granted */
@@ -653,6 +654,7 @@ static void set_event(wjob *j, event_type type, const char *topic, int attempt, 
                       char *ev_text) {
     free(j->ev_value);
     j->fit_limit = 0;
+    j->undelivered = 0;
     j->ev_type = type;
     j->ev_topic = topic;
     j->ev_attempt = attempt;
@@ -779,11 +781,22 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     worker *w = ud;
     if (err) {
         w->m.produce_failures[message_outcome(j)]++;
-        log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed: %s; producing again",
-                 j->ev_topic, rd_kafka_err2str(err));
         /* the broker takes less than our message.max.bytes: cut harder */
         int stuck = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && cut_harder(j);
-        uv_timer_start(&j->timer, produce_retry_timer, stuck ? 5000 : 500, 0);
+        /* librdkafka gave up on it (a permanent error, or its own retries
+         * timed out): again after 0.5, 1, 2, 4, then every 8 s, and said
+         * at the 1st, 2nd, 4th, 8th... time.  An error that lasts (a topic
+         * the worker may not write) cost a warning a job twice a second,
+         * for ever; the message stays uncommitted meanwhile. */
+        unsigned n = ++j->undelivered;
+        uint64_t again = stuck ? 5000 : n >= 5 ? 8000 : 500u << (n - 1);
+        if (!(n & (n - 1))) {
+            char times[48] = "";
+            if (n > 1) snprintf(times, sizeof(times), " (%u times in a row)", n);
+            log_warn(j->job.job_id, j->ev_attempt, "delivery to %s failed%s: %s; producing again in %llu ms",
+                     j->ev_topic, times, rd_kafka_err2str(err), (unsigned long long)again);
+        }
+        uv_timer_start(&j->timer, produce_retry_timer, again, 0);
         return;
     }
     if (j->is_dlq) {

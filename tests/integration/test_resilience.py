@@ -966,6 +966,30 @@ def test_broker_errors_lose_nothing(control_stack):
     assert stack.stop_worker(w) == 0
 
 
+def test_a_delivery_that_keeps_failing_backs_off_and_is_said_less_often(control_stack):
+    """The outcome's delivery fails 4 times in a row (a topic the worker
+    may not write, here until it is fixed).  It is produced again after
+    0.5, 1, 2 and 4 s, and said at the 1st, 2nd and 4th time: it was
+    produced again every 0.5 s with a warning each time, for ever, a
+    warning a job twice a second.  It is delivered once, in the end."""
+    stack = control_stack
+    w = stack.start_worker()
+    jid = uid("authz")
+    stack.produce_jobs([job(jid, directive="latency_ms=1500")])
+    stack.wait_called(jid)
+    stack.kafka_control("errors Produce " + " ".join(["TOPIC_AUTHORIZATION_FAILED"] * 4))
+    outs = check_exactly_once(stack, [jid])
+    assert outs[0]["headers"]["ce_type"] == "retort.job.final", outs[0]
+    lines = [l for l in stack.log_lines(w.name) if l["msg"].startswith("delivery to ")]
+    assert [l.get("job_id") for l in lines] == [jid] * 3, lines
+    assert "; producing again in 500 ms" in lines[0]["msg"], lines
+    assert "(2 times in a row)" in lines[1]["msg"] and "in 1000 ms" in lines[1]["msg"], lines
+    assert "(4 times in a row)" in lines[2]["msg"] and "in 4000 ms" in lines[2]["msg"], lines
+    ts = [datetime.datetime.strptime(l["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() for l in lines]
+    assert ts[2] - ts[1] >= 2.9, ts  # the 2nd, then 1 s and 2 s later the 3rd and 4th
+    assert stack.stop_worker(w) == 0
+
+
 def test_readiness_comes_back_after_a_broker_outage_without_a_rebalance(control_stack):
     """The broker goes away for 7 s, more than half the session timeout
     (12 s here), and no rebalance follows, and no job comes.  /readyz says
