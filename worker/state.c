@@ -328,8 +328,9 @@ struct state {
     int ever_connected, back_due;
     uint64_t back_ms;
     uint64_t started_ms;       /* when the Redis connected to started, by its
-                                * uptime (util_mono_ms; 0: before this
-                                * process's clock began, or unknown) */
+                                * uptime (util_mono_ms; 0: unknown, or before
+                                * this machine's boot, where that clock
+                                * starts) */
     uv_timer_t connect_watch;  /* gives up on a connect that never completes */
     uint64_t backoff_ms;
     /* hiredis 0.14's libuv adapter drops a poll error: when Redis dies
@@ -736,15 +737,22 @@ int state_parse_eviction(const char *info, size_t len, char *policy, size_t poli
     return strcmp(max, "0") && strcmp(policy, "noeviction");
 }
 
-/* INFO memory's reply: a Redis that evicts keys at its maxmemory drops
- * job state (every key of ours has a TTL, so the volatile-* policies take
- * them too).  An evicted hash runs a finished job again; an evicted
- * record list leaves a job decided with an event that cannot be made
- * again.  Said once per setting: a reconnect does not repeat it. */
-static void memory_cb(redisAsyncContext *ac, void *reply, void *privdata) {
+/* INFO's reply (the default sections), at each connect.
+ *
+ * Eviction: a Redis that evicts keys at its maxmemory drops job state
+ * (every key of ours has a TTL, so the volatile-* policies take them
+ * too).  An evicted hash runs a finished job again; an evicted record
+ * list leaves a job decided with an event that cannot be made again.
+ * Said once per setting: a reconnect does not repeat it.
+ *
+ * Its start: a Redis restarted a moment before this process's first
+ * connect may have lost the leases (see state_back_ms) as surely as one
+ * restarted while connected; one still loading its data is back at its
+ * first answer after (its uptime counts the load). */
+static void info_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     state *st = ac->data;
     redisReply *r = reply;
-    char policy[sizeof(st->evicts)];
+    char policy[sizeof(st->evicts)], field[32];
     (void)privdata;
     if (!st || !r || r->type != REDIS_REPLY_STRING) return;
     int evicts = state_parse_eviction(r->str, r->len, policy, sizeof(policy));
@@ -756,21 +764,12 @@ static void memory_cb(redisAsyncContext *ac, void *reply, void *privdata) {
     } else if (evicts == 0) {
         st->evicts[0] = '\0';
     }
-}
-
-/* INFO server's reply: when Redis started.  A Redis restarted a moment
- * before this process's first connect may have lost the leases (see
- * state_back_ms) as surely as one restarted while connected. */
-static void server_cb(redisAsyncContext *ac, void *reply, void *privdata) {
-    state *st = ac->data;
-    redisReply *r = reply;
-    char up[32];
-    (void)privdata;
-    if (!st || !r || r->type != REDIS_REPLY_STRING || info_field(r->str, r->len, "uptime_in_seconds", up, sizeof(up)))
-        return;
-    /* whole seconds: it started at the latest that many ago */
-    uint64_t up_ms = strtoull(up, NULL, 10) * 1000, now = util_mono_ms();
-    st->started_ms = up_ms < now ? now - up_ms : 0;
+    if (!info_field(r->str, r->len, "uptime_in_seconds", field, sizeof(field))) {
+        /* whole seconds: it started at the latest that many ago */
+        uint64_t up_ms = strtoull(field, NULL, 10) * 1000, now = util_mono_ms();
+        st->started_ms = up_ms < now ? now - up_ms : 0;
+    }
+    if (!info_field(r->str, r->len, "loading", field, sizeof(field)) && !strcmp(field, "1")) st->back_due = 1;
 }
 
 static void reconnect_cb(uv_timer_t *t) { connect_now(t->data); }
@@ -813,8 +812,7 @@ static void on_connect(const redisAsyncContext *cac, int status) {
         st->loading[i] = redisAsyncCommand(ac, script_load_cb, (void *)(intptr_t)i, "SCRIPT LOAD %s",
                                            scripts[i]) == REDIS_OK;
     }
-    redisAsyncCommand(ac, memory_cb, NULL, "INFO memory");
-    redisAsyncCommand(ac, server_cb, NULL, "INFO server");
+    redisAsyncCommand(ac, info_cb, NULL, "INFO");
     log_info(NULL, 0, "redis %s:%d connected", st->host, st->port);
     flush_queue(st);
     if (st->conn_cb) st->conn_cb(st->conn_ud, 1);

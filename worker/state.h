@@ -89,10 +89,11 @@ size_t state_pending(const state *st);
 /* When Redis came back (util_mono_ms), the latest of: after the
  * connection was lost, its first answer that was not an error after the
  * reconnect (not the connect: a restarted Redis answers LOADING while it
- * reads its data back); its first answer after a LOADING one; when the
- * Redis connected to started, by its uptime.  0 when none is known (the
- * first connect, to a Redis up for longer than this process's clock);
- * after a later loss, the time before until Redis answers again. */
+ * reads its data back); its first answer after it loaded (it answered
+ * LOADING, or INFO said it was loading); when the Redis connected to
+ * started, by its uptime.  0 when none is known (the first connect, to a
+ * Redis up since before this machine's boot); after a later loss, the
+ * time before until Redis answers again. */
 uint64_t state_back_ms(const state *st);
 
 /* Every string argument is borrowed and copied.  0 = queued.  run: the

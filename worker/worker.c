@@ -2108,6 +2108,7 @@ static void on_owner_lease(void *ud, const state_reply *r) {
 static int owner_elsewhere(wjob *j, const char *owner) {
     worker *w = j->w;
     if (!owner || !owner[0] || !strcmp(owner, j->takeover)) return 0;
+    j->takeover_uncounted = 0; /* not the owner it decided to take over from */
     size_t hl = owner_holder_len(owner);
     if (hl == strlen(w->incarnation) && !memcmp(owner, w->incarnation, hl)) {
         util_concat(j->takeover, sizeof(j->takeover), owner, (char *)NULL);
