@@ -782,7 +782,8 @@ static void on_delivery(void *ud, void *opaque, rd_kafka_resp_err_t err) {
     if (err) {
         w->m.produce_failures[message_outcome(j)]++;
         /* the broker takes less than our message.max.bytes: cut harder */
-        int stuck = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && cut_harder(j);
+        int too_large = err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, stuck = too_large && cut_harder(j);
+        if (too_large && !stuck) j->undelivered = 0; /* cut: a new message, tried at once-ish */
         /* librdkafka gave up on it (a permanent error, or its own retries
          * timed out): again after 0.5, 1, 2, 4, then every 8 s, and said
          * at the 1st, 2nd, 4th, 8th... time.  An error that lasts (a topic
