@@ -78,6 +78,8 @@ static const cfg_def cfg_defs[] = {
     {"escalation.webhook_url", CFG_STR, "", 0, 0, NULL, CFG_MASK_URL_PATH, "POST every escalation event here as well (empty: off)"},
     I("escalation.webhook_timeout_ms", "5000", 100, 600000, "timeout of one webhook call"),
     I("escalation.webhook_retries", "5", 0, 100, "retries of a failed webhook call (backoff, Retry-After honoured)"),
+    I("escalation.webhook_max_pending", "1000", 1, 1000000, "webhook calls held at once, with their retries; past "
+      "it an escalation is not posted (said, and counted)"),
     S("retry.template", "", "repair prompt template ({attempt} {max} {reason} {violations} {schema} {previous_output}); empty: built-in"),
     S("rules.file", "", "JSON array of rules run on every output after its schema (see common/rules.h); empty: none"),
     S("plugins.paths", "", "comma-separated validator plugin .so files (see worker/retort_plugin.h); empty: none"),

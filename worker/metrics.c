@@ -102,6 +102,12 @@ void metrics_render(const metrics *m, sbuf *b) {
                 (unsigned long long)m->owner_waits, (unsigned long long)m->takeovers,
                 (unsigned long long)m->local_retries, (unsigned long long)m->records_lost,
                 (unsigned long long)m->account_holds);
+    sbuf_printf(b, "# HELP retort_webhook_failures_total Escalations the webhook did not deliver: not_held (too "
+                   "many calls pending: escalation.webhook_max_pending), given_up (after its retries).\n"
+                   "# TYPE retort_webhook_failures_total counter\n"
+                   "retort_webhook_failures_total{reason=\"not_held\"} %llu\n"
+                   "retort_webhook_failures_total{reason=\"given_up\"} %llu\n",
+                (unsigned long long)m->webhook_not_held, (unsigned long long)m->webhook_given_up);
     sbuf_puts(b, "# HELP retort_violations_total Violations found in outputs, by code.\n# TYPE retort_violations_total counter\n");
     for (int i = 0; i < METRICS_MAX_CODES && m->codes[i][0]; i++) {
         /* Codes are checked where they are made (rules, plugins); escaped

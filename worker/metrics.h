@@ -39,6 +39,8 @@ typedef struct metrics {
     uint64_t local_retries;            /* attempts run at once after their retry job's delivery (retry.local) */
     uint64_t records_lost;             /* decided jobs whose undelivered outcome had no records to make it from */
     uint64_t account_holds;            /* calls the account refused, held for it (llm.on_account_error=pause) */
+    uint64_t webhook_not_held;         /* escalations not posted: too many webhook calls pending */
+    uint64_t webhook_given_up;         /* webhook calls given up after their retries */
     uint64_t llm_calls[2][6];          /* provider x class: 2xx 4xx 5xx 429 error 3xx */
     char codes[METRICS_MAX_CODES][65]; /* a code whole (RULES_CODE_MAX): cut, one code took a slot a time */
     uint64_t code_counts[METRICS_MAX_CODES];

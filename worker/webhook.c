@@ -1,5 +1,6 @@
 #include "webhook.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +22,14 @@ struct webhook {
     llm_client *http;
     uv_loop_t *loop;
     int retries;
-    size_t pending;
+    size_t pending, max_pending;
+    uint64_t not_held, given_up;
+    uint64_t refused_in_row; /* webhook_post -1 since the last one held */
     delivery *list;
 };
 
-webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, char *err,
-                     size_t errlen) {
+webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, size_t max_pending,
+                     char *err, size_t errlen) {
     webhook *wh = calloc(1, sizeof(*wh));
     if (!wh) {
         snprintf(err, errlen, "out of memory");
@@ -47,6 +50,7 @@ webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retr
     }
     wh->loop = loop;
     wh->retries = retries;
+    wh->max_pending = max_pending ? max_pending : 1;
     return wh;
 }
 
@@ -85,6 +89,7 @@ static void done_cb(void *ud, const llm_response *resp) {
         else
             log_error(d->job_id, 0, "escalation webhook failed after %d tries (%s); giving up", d->tries,
                       resp->error ? resp->error : "no answer");
+        d->wh->given_up++;
         delivery_end(d);
         return;
     }
@@ -104,16 +109,34 @@ static void send_now(delivery *d) {
     }
 }
 
-void webhook_post(webhook *wh, const char *job_id, const char *body) {
+/* A post not held: counted, and said at the 1st, 2nd, 4th... in a row. */
+static int not_held(webhook *wh, const char *job_id, const char *why) {
+    uint64_t n = ++wh->refused_in_row;
+    wh->not_held++;
+    if (!(n & (n - 1)))
+        log_warn(job_id, 0, "escalation webhook not called for this escalation (%llu in a row): %s; the "
+                 "escalation event is in its topic", (unsigned long long)n, why);
+    return -1;
+}
+
+int webhook_post(webhook *wh, const char *job_id, const char *body) {
+    /* Each delivery holds its body, and a connection while it posts, for
+     * all its retries (about 45 s with the defaults against an endpoint
+     * that does not answer): unbounded, escalations coming faster than
+     * that took memory and file descriptors (the LLM's, Redis's, Kafka's
+     * connections then failed too). */
+    if (wh->pending >= wh->max_pending)
+        return not_held(wh, job_id, "escalation.webhook_max_pending deliveries are pending (the endpoint is down "
+                        "or slow?)");
     delivery *d = calloc(1, sizeof(*d));
     char *id = strdup(job_id), *copy = strdup(body);
     if (!d || !id || !copy) {
-        log_error(job_id, 0, "out of memory: the escalation webhook is not called");
         free(d);
         free(id);
         free(copy);
-        return;
+        return not_held(wh, job_id, "out of memory");
     }
+    wh->refused_in_row = 0;
     d->wh = wh;
     d->job_id = id;
     d->body = copy;
@@ -124,12 +147,21 @@ void webhook_post(webhook *wh, const char *job_id, const char *body) {
     wh->list = d;
     wh->pending++;
     send_now(d);
+    return 0;
 }
 
 size_t webhook_pending(const webhook *wh) { return wh->pending; }
 
+void webhook_counts(const webhook *wh, uint64_t *not_held_out, uint64_t *given_up) {
+    *not_held_out = wh->not_held;
+    *given_up = wh->given_up;
+}
+
 void webhook_free(webhook *wh) {
     if (!wh) return;
+    if (wh->pending)
+        log_warn(NULL, 0, "%zu escalation webhook call(s) not made or not answered at the stop; dropped (their "
+                 "escalation events are in their topic)", wh->pending);
     /* Calls in flight are the client's callers' to cancel (a stop that
      * did not wait for them); timers close. */
     while (wh->list) {

@@ -8,13 +8,21 @@
 
 typedef struct webhook webhook;
 
-/* url: borrowed, copied.  NULL on error (err filled). */
-webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, char *err,
-                     size_t errlen);
-void webhook_free(webhook *wh); /* accepts NULL; drops deliveries still pending */
+/* url: borrowed, copied.  max_pending: deliveries held at once (posting
+ * or waiting to post again), at least 1.  NULL on error (err filled). */
+webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, size_t max_pending,
+                     char *err, size_t errlen);
+/* Accepts NULL; drops deliveries still pending, and says how many. */
+void webhook_free(webhook *wh);
 
-/* body: borrowed, copied. */
-void webhook_post(webhook *wh, const char *job_id, const char *body);
+/* body: borrowed, copied.  0 = held for delivery; -1 = not: max_pending
+ * deliveries are held already (an endpoint down or slow: each is held
+ * through its retries), or no memory.  Said, at the 1st, 2nd, 4th...
+ * such post in a row. */
+int webhook_post(webhook *wh, const char *job_id, const char *body);
 size_t webhook_pending(const webhook *wh);
+/* Posts not held (webhook_post -1), and deliveries given up after their
+ * retries, so far. */
+void webhook_counts(const webhook *wh, uint64_t *not_held, uint64_t *given_up);
 
 #endif

@@ -2586,7 +2586,8 @@ static void check_drained(worker *w) {
 
 static void drain_timeout(uv_timer_t *t) {
     worker *w = t->data;
-    log_warn(NULL, 0, "drain timeout: %zu jobs unfinished (their offsets stay uncommitted)", w->inflight);
+    log_warn(NULL, 0, "drain timeout: %zu jobs unfinished (their offsets stay uncommitted), %zu escalation webhook "
+             "call(s) pending", w->inflight, w->hook ? webhook_pending(w->hook) : 0);
     shutdown_now(w);
 }
 
@@ -2613,6 +2614,7 @@ static void on_signal(uv_signal_t *s, int signum) {
 static void refresh_gauges(worker *w) {
     w->m.inflight = (int64_t)(w->inflight - w->delivering);
     w->m.delivering = (int64_t)w->delivering;
+    if (w->hook) webhook_counts(w->hook, &w->m.webhook_not_held, &w->m.webhook_given_up);
     schema_cache_stats sc;
     schema_cache_get_stats(w->scache, &sc);
     w->m.inline_hits = sc.hits;
@@ -2898,7 +2900,8 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     const char *hook_url = config_get(cfg, "escalation.webhook_url");
     if (hook_url && hook_url[0]) {
         w->hook = webhook_new(w->loop, hook_url, (long)config_get_int(cfg, "escalation.webhook_timeout_ms"),
-                              (int)config_get_int(cfg, "escalation.webhook_retries"), err, sizeof(err));
+                              (int)config_get_int(cfg, "escalation.webhook_retries"),
+                              (size_t)config_get_int(cfg, "escalation.webhook_max_pending"), err, sizeof(err));
         if (!w->hook) {
             log_error(NULL, 0, "%s", err);
             goto out;

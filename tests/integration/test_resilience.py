@@ -1433,6 +1433,44 @@ def test_escalation_webhook(stack):
         assert Hook.received[0]["category"] == "refusal"
 
 
+def test_webhook_calls_held_at_once_are_bounded(stack):
+    """The webhook's endpoint takes the calls and never answers.  Each call
+    was held, with a connection and a copy of its escalation, through all
+    its retries, however many escalations came: memory and file
+    descriptors without a bound.  At escalation.webhook_max_pending (2
+    here) an escalation is not posted; that is said (at the 1st and 2nd in
+    a row, not the 3rd) and counted.  At the stop, the calls dropped are
+    said too.  Every escalation is in its topic."""
+    got = []
+
+    class Hang(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(1)
+            time.sleep(30)
+
+    port = free_port()
+    with own_llm(Hang) as url:
+        w = stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url,
+                               "--set", "escalation.webhook_max_pending=2",
+                               "--set", "escalation.webhook_timeout_ms=60000",
+                               "--set", "worker.drain_timeout_ms=1000",
+                               "--set", "metrics.port=%d" % port, "--set", "metrics.host=127.0.0.1")
+        ids = [uid("hook-bound") for _ in range(5)]
+        stack.produce_jobs([job(j, directive="defect=refusal") for j in ids])
+        outs = check_exactly_once(stack, ids)
+        assert {m["headers"]["ce_type"] for m in outs} == {"retort.job.escalated"}
+        s = settle_metrics(port, lambda s: s.get(("retort_webhook_failures_total", (("reason", "not_held"),))) == 3)[0]
+        assert s[("retort_webhook_failures_total", (("reason", "given_up"),))] == 0
+        assert len(got) == 2, got
+        said = [l for l in stack.log_lines(w.name) if l["msg"].startswith("escalation webhook not called")]
+        assert len(said) == 2 and "(2 in a row)" in said[1]["msg"], said
+        assert set(l["job_id"] for l in said) <= set(ids)
+        assert stack.stop_worker(w) == 0
+        log = stack.worker_log(w.name)
+        assert "2 escalation webhook call(s) not made or not answered at the stop" in log, log[-3000:]
+        assert "2 escalation webhook call(s) pending" in log, log[-3000:]
+
+
 def test_status_command(stack):
     stack.start_worker()
     jid = uid("status")
