@@ -80,8 +80,12 @@ static void respond(conn *c, int status, const char *ctype, const char *body, si
     sbuf_printf(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                 status, reason(status), ctype, len);
     if (!head) sbuf_append(&b, body, len);
-    c->out = sbuf_take(&b);
-    uv_buf_t buf = uv_buf_init(c->out, (unsigned)strlen(c->out));
+    size_t n = b.len;
+    if (!(c->out = sbuf_take(&b))) { /* out of memory: no answer but the close */
+        conn_close(c);
+        return;
+    }
+    uv_buf_t buf = uv_buf_init(c->out, (unsigned)n);
     c->wr.data = c;
     if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &buf, 1, on_written)) conn_close(c);
 }
