@@ -77,6 +77,8 @@ static const cfg_def cfg_defs[] = {
     I("retry.token_budget", "0", 0, 1000000000, "tokens per job over all attempts when the job sets no token_budget (0: none)"),
     {"escalation.webhook_url", CFG_STR, "", 0, 0, NULL, CFG_MASK_URL_PATH, "POST every escalation event here as well (empty: off)"},
     I("escalation.webhook_timeout_ms", "5000", 100, 600000, "timeout of one webhook call"),
+    S("escalation.webhook_ca_file", "", "PEM bundle of CA certificates that verify the webhook's TLS certificate "
+      "(empty: the system's store)"),
     I("escalation.webhook_retries", "5", 0, 100, "retries of a failed webhook call (backoff, Retry-After honoured)"),
     I("escalation.webhook_max_pending", "1000", 1, 1000000, "webhook calls held at once, with their retries; past "
       "it an escalation is not posted (said, and counted)"),

@@ -28,8 +28,7 @@ struct webhook {
     delivery *list;
 };
 
-webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, size_t max_pending,
-                     char *err, size_t errlen) {
+webhook *webhook_new(uv_loop_t *loop, const webhook_options *opts, char *err, size_t errlen) {
     webhook *wh = calloc(1, sizeof(*wh));
     if (!wh) {
         snprintf(err, errlen, "out of memory");
@@ -37,20 +36,21 @@ webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retr
     }
     llm_client_options o = {0};
     o.provider = LLM_PROVIDER_OPENAI;
-    o.timeout_ms = timeout_ms;
-    o.connect_timeout_ms = timeout_ms < 5000 ? timeout_ms : 5000;
+    o.timeout_ms = opts->timeout_ms;
+    o.connect_timeout_ms = opts->timeout_ms < 5000 ? opts->timeout_ms : 5000;
+    o.ca_file = opts->ca_file;
     /* The body is thrown away: a 2xx with a large one was a transfer cut
      * at a cap, status 0, and the escalation was POSTed again. */
     o.max_response_bytes = 0;
-    o.url = url;
+    o.url = opts->url;
     wh->http = llm_client_new(loop, &o, err, errlen);
     if (!wh->http) {
         free(wh);
         return NULL;
     }
     wh->loop = loop;
-    wh->retries = retries;
-    wh->max_pending = max_pending ? max_pending : 1;
+    wh->retries = opts->retries;
+    wh->max_pending = opts->max_pending ? opts->max_pending : 1;
     return wh;
 }
 

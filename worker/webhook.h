@@ -8,10 +8,16 @@
 
 typedef struct webhook webhook;
 
-/* url: borrowed, copied.  max_pending: deliveries held at once (posting
- * or waiting to post again), at least 1.  NULL on error (err filled). */
-webhook *webhook_new(uv_loop_t *loop, const char *url, long timeout_ms, int retries, size_t max_pending,
-                     char *err, size_t errlen);
+typedef struct webhook_options {
+    const char *url;      /* borrowed, copied */
+    const char *ca_file;  /* borrowed, copied: PEM CA bundle to verify the endpoint; NULL or "": the system's */
+    long timeout_ms;      /* one call */
+    int retries;          /* of a failed call */
+    size_t max_pending;   /* deliveries held at once (posting or waiting to post again), at least 1 */
+} webhook_options;
+
+/* NULL on error (err filled). */
+webhook *webhook_new(uv_loop_t *loop, const webhook_options *opts, char *err, size_t errlen);
 /* Accepts NULL; drops deliveries still pending, and says how many. */
 void webhook_free(webhook *wh);
 

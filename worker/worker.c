@@ -2899,9 +2899,11 @@ int worker_run(const config *cfg, const char *worker_id, int slot) {
     }
     const char *hook_url = config_get(cfg, "escalation.webhook_url");
     if (hook_url && hook_url[0]) {
-        w->hook = webhook_new(w->loop, hook_url, (long)config_get_int(cfg, "escalation.webhook_timeout_ms"),
+        webhook_options wo = {hook_url, config_get(cfg, "escalation.webhook_ca_file"),
+                              (long)config_get_int(cfg, "escalation.webhook_timeout_ms"),
                               (int)config_get_int(cfg, "escalation.webhook_retries"),
-                              (size_t)config_get_int(cfg, "escalation.webhook_max_pending"), err, sizeof(err));
+                              (size_t)config_get_int(cfg, "escalation.webhook_max_pending")};
+        w->hook = webhook_new(w->loop, &wo, err, sizeof(err));
         if (!w->hook) {
             log_error(NULL, 0, "%s", err);
             goto out;

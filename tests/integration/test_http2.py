@@ -4,6 +4,7 @@ per call; `llm.ca_file` verifies a server whose CA is not the system's."""
 import json
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -57,3 +58,32 @@ def test_an_unknown_ca_is_refused_without_ca_file(stack, h2_server):
     assert esc and esc[0]["category"] == "network", esc
     assert "certificate" in (esc[0]["history"][-1]["error"] or "").lower(), esc[0]["history"]
     assert h2_server["stats"]()["requests"] == 0
+
+
+def test_the_webhook_verifies_its_endpoint_with_a_ca_file_of_its_own(stack, h2_server):
+    """`escalation.webhook_ca_file` verifies a webhook endpoint whose CA is
+    not the system's (the webhook's client was given no CA file: such an
+    endpoint failed every call).  Without it, the call fails on the
+    certificate and is given up, said with the job id."""
+    bad = stack.start_worker("--set", "escalation.webhook_url=" + h2_server["url"] + "/hook",
+                             "--set", "escalation.webhook_retries=0", name="nocafile")
+    jid = "h2hook-%s" % uuid.uuid4().hex[:6]
+    stack.produce_jobs([job(jid, directive="defect=refusal")])
+    stack.wait_outcomes([jid], timeout=60)
+    stack.wait_log("nocafile", "escalation webhook failed after 1 tries", timeout=30)
+    line = [l for l in stack.log_lines("nocafile") if l["msg"].startswith("escalation webhook failed")][0]
+    assert line["job_id"] == jid and "certificate" in line["msg"].lower(), line
+    assert h2_server["stats"]()["requests"] == 0
+    assert stack.stop_worker(bad) == 0
+
+    good = stack.start_worker("--set", "escalation.webhook_url=" + h2_server["url"] + "/hook",
+                              "--set", "escalation.webhook_ca_file=" + h2_server["cert"], name="cafile")
+    jid = "h2hook-%s" % uuid.uuid4().hex[:6]
+    stack.produce_jobs([job(jid, directive="defect=refusal")])
+    stack.wait_outcomes([jid], timeout=60)
+    deadline = time.time() + 20
+    while h2_server["stats"]()["requests"] < 1 and time.time() < deadline:
+        time.sleep(0.1)
+    assert h2_server["stats"]()["requests"] == 1
+    assert "escalation webhook failed" not in stack.worker_log("cafile")
+    assert stack.stop_worker(good) == 0
