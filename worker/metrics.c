@@ -103,7 +103,8 @@ void metrics_render(const metrics *m, sbuf *b) {
                 (unsigned long long)m->local_retries, (unsigned long long)m->records_lost,
                 (unsigned long long)m->account_holds);
     sbuf_printf(b, "# HELP retort_webhook_failures_total Escalations the webhook did not deliver: not_held (too "
-                   "many calls pending: escalation.webhook_max_pending), given_up (after its retries).\n"
+                   "many calls pending: escalation.webhook_max_pending), given_up (after its retries, or waiting "
+                   "to be tried again at a stop).\n"
                    "# TYPE retort_webhook_failures_total counter\n"
                    "retort_webhook_failures_total{reason=\"not_held\"} %llu\n"
                    "retort_webhook_failures_total{reason=\"given_up\"} %llu\n",

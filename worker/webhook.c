@@ -23,6 +23,7 @@ struct webhook {
     uv_loop_t *loop;
     int retries;
     size_t pending, max_pending;
+    int stopping;                /* webhook_stop: no retries */
     uint64_t not_held, given_up;
     uint64_t refused_in_row; /* webhook_post -1 since the last one held */
     delivery *list;
@@ -82,7 +83,7 @@ static void done_cb(void *ud, const llm_response *resp) {
         return;
     }
     int retryable = resp->status == 0 || resp->status == 408 || resp->status == 429 || resp->status >= 500;
-    if (!retryable || d->tries > d->wh->retries) {
+    if (!retryable || d->tries > d->wh->retries || d->wh->stopping) {
         if (resp->status)
             log_error(d->job_id, 0, "escalation webhook failed after %d tries (HTTP %ld); giving up", d->tries,
                       resp->status);
@@ -155,6 +156,25 @@ size_t webhook_pending(const webhook *wh) { return wh->pending; }
 void webhook_counts(const webhook *wh, uint64_t *not_held_out, uint64_t *given_up) {
     *not_held_out = wh->not_held;
     *given_up = wh->given_up;
+}
+
+void webhook_stop(webhook *wh) {
+    if (!wh || wh->stopping) return;
+    wh->stopping = 1;
+    size_t dropped = 0;
+    for (delivery *d = wh->list, *next; d; d = next) {
+        next = d->next;
+        if (d->call) continue;
+        wh->given_up++;
+        dropped++;
+        delivery_end(d);
+    }
+    /* A webhook that fails for longer than a drain (each delivery is
+     * retried for about 45 s by default) held every stop until the drain's
+     * timeout (30 s by default: Kubernetes' grace period too). */
+    if (dropped)
+        log_warn(NULL, 0, "%zu escalation webhook call(s) waiting to be tried again dropped at the stop (their "
+                 "escalation events are in their topic)", dropped);
 }
 
 void webhook_free(webhook *wh) {

@@ -20,6 +20,10 @@ typedef struct webhook_options {
 webhook *webhook_new(uv_loop_t *loop, const webhook_options *opts, char *err, size_t errlen);
 /* Accepts NULL; drops deliveries still pending, and says how many. */
 void webhook_free(webhook *wh);
+/* A stop: deliveries waiting to post again are dropped (said, with how
+ * many), and from now on a call that fails is not retried, so that a
+ * drain waits at most a call's timeout for the webhook.  Accepts NULL. */
+void webhook_stop(webhook *wh);
 
 /* body: borrowed, copied.  0 = held for delivery; -1 = not: max_pending
  * deliveries are held already (an endpoint down or slow: each is held

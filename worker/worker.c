@@ -2601,6 +2601,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     log_info(NULL, 0, "signal %d: draining %zu in-flight jobs", signum, w->inflight);
     w->stopping = 1;
+    webhook_stop(w->hook);
     /* One reading a lease goes when the reply comes. */
     let_go_waiting(w);
     kafka_io_stop_consuming(w->kio);

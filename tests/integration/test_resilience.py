@@ -1471,6 +1471,37 @@ def test_webhook_calls_held_at_once_are_bounded(stack):
         assert "2 escalation webhook call(s) pending" in log, log[-3000:]
 
 
+def test_a_stop_does_not_wait_for_webhook_retries(stack):
+    """The webhook's endpoint answers 503 to every call, and the worker
+    would try each escalation again for minutes (retries 100).  At
+    SIGTERM the calls waiting to be tried again are dropped, said, and the
+    drain ends at once: it waited for them until its timeout (30 s), on
+    every stop while the endpoint was down."""
+    got = []
+
+    class Down(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(1)
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    with own_llm(Down) as url:
+        w = stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url,
+                               "--set", "escalation.webhook_retries=100")
+        jid = uid("hook-down")
+        stack.produce_jobs([job(jid, directive="defect=refusal")])
+        stack.wait_outcomes([jid])
+        deadline = time.time() + 10
+        while len(got) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(got) >= 2, got
+        assert stack.stop_worker(w) == 0
+        log = stack.worker_log(w.name)
+        assert "1 escalation webhook call(s) waiting to be tried again dropped at the stop" in log, log[-3000:]
+        assert "drain timeout" not in log, log[-3000:]
+
+
 def test_status_command(stack):
     stack.start_worker()
     jid = uid("status")
