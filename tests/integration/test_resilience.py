@@ -1471,6 +1471,19 @@ def test_webhook_calls_held_at_once_are_bounded(stack):
         assert "2 escalation webhook call(s) pending" in log, log[-3000:]
 
 
+def escalated_with_hook(stack, url, prefix, *settings):
+    """A worker whose webhook is url/hook (settings: more "key=value"), and
+    one job of it escalated: (the worker, the job id)."""
+    args = ["--set", "escalation.webhook_url=%s/hook" % url]
+    for kv in settings:
+        args += ["--set", kv]
+    w = stack.start_worker(*args)
+    jid = uid(prefix)
+    stack.produce_jobs([job(jid, directive="defect=refusal")])
+    stack.wait_outcomes([jid])
+    return w, jid
+
+
 def test_a_stop_does_not_wait_for_webhook_retries(stack):
     """The webhook's endpoint answers 503 to every call, and the worker
     would try each escalation again for minutes (retries 100).  At
@@ -1487,11 +1500,7 @@ def test_a_stop_does_not_wait_for_webhook_retries(stack):
             self.end_headers()
 
     with own_llm(Down) as url:
-        w = stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url,
-                               "--set", "escalation.webhook_retries=100")
-        jid = uid("hook-down")
-        stack.produce_jobs([job(jid, directive="defect=refusal")])
-        stack.wait_outcomes([jid])
+        w, _ = escalated_with_hook(stack, url, "hook-down", "escalation.webhook_retries=100")
         deadline = time.time() + 10
         while len(got) < 2 and time.time() < deadline:
             time.sleep(0.05)
@@ -1751,11 +1760,7 @@ def test_a_webhook_answering_2xx_with_a_large_body_is_posted_once(stack):
             self.wfile.write(body)
 
     with own_llm(Big) as url:
-        w = stack.start_worker("--set", "escalation.webhook_url=%s/hook" % url,
-                               "--set", "escalation.webhook_retries=3")
-        jid = uid("bighook")
-        stack.produce_jobs([job(jid, directive="defect=refusal")])
-        stack.wait_outcomes([jid])
+        w, jid = escalated_with_hook(stack, url, "bighook", "escalation.webhook_retries=3")
         deadline = time.time() + 10
         while time.time() < deadline and not posts:
             time.sleep(0.1)
