@@ -77,14 +77,17 @@ static const char *reason(int status) {
 static void respond(conn *c, int status, const char *ctype, const char *body, size_t len, int head) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     sbuf b = {0};
-    sbuf_printf(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                status, reason(status), ctype, len);
-    if (!head) sbuf_append(&b, body, len);
-    size_t n = b.len;
-    if (!(c->out = sbuf_take(&b))) { /* out of memory: no answer but the close */
+    if (sbuf_printf(&b, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                    status, reason(status), ctype, len) ||
+        (!head && sbuf_append(&b, body, len)) || !b.data) {
+        /* out of memory: no answer but the close (not headers promising a
+         * body that is not there) */
+        sbuf_free(&b);
         conn_close(c);
         return;
     }
+    size_t n = b.len;
+    c->out = sbuf_take(&b);
     uv_buf_t buf = uv_buf_init(c->out, (unsigned)n);
     c->wr.data = c;
     if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &buf, 1, on_written)) conn_close(c);

@@ -25,7 +25,7 @@ struct webhook {
     size_t pending, max_pending;
     int stopping;                /* webhook_stop: no retries */
     uint64_t not_held, given_up;
-    uint64_t refused_in_row; /* webhook_post -1 since the last one held */
+    uint64_t refused_in_row; /* webhook_post -1 since the last call answered 2xx */
     delivery *list;
 };
 
@@ -79,6 +79,11 @@ static void done_cb(void *ud, const llm_response *resp) {
     delivery *d = ud;
     d->call = NULL;
     if (resp->status >= 200 && resp->status < 300) {
+        /* The streak of posts not held ends with a call answered, not with
+         * one held: a full webhook whose endpoint is down holds one post a
+         * slot freed (a delivery given up), and said at the 1st and 2nd of
+         * each streak, the posts not held were said many times a second. */
+        d->wh->refused_in_row = 0;
         delivery_end(d);
         return;
     }
@@ -137,7 +142,6 @@ int webhook_post(webhook *wh, const char *job_id, const char *body) {
         free(copy);
         return not_held(wh, job_id, "out of memory");
     }
-    wh->refused_in_row = 0;
     d->wh = wh;
     d->job_id = id;
     d->body = copy;

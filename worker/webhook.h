@@ -25,10 +25,11 @@ void webhook_free(webhook *wh);
  * drain waits at most a call's timeout for the webhook.  Accepts NULL. */
 void webhook_stop(webhook *wh);
 
-/* body: borrowed, copied.  0 = held for delivery; -1 = not: max_pending
- * deliveries are held already (an endpoint down or slow: each is held
- * through its retries), or no memory.  Said, at the 1st, 2nd, 4th...
- * such post in a row. */
+/* body: borrowed, copied.  0 = held for delivery (or, after webhook_stop,
+ * tried once and given up at once); -1 = not: max_pending deliveries are
+ * held already (an endpoint down or slow: each is held through its
+ * retries), or no memory.  Said at the 1st, 2nd, 4th... such post since a
+ * call was last answered 2xx. */
 int webhook_post(webhook *wh, const char *job_id, const char *body);
 size_t webhook_pending(const webhook *wh);
 /* Posts not held (webhook_post -1), and deliveries given up after their

@@ -1494,10 +1494,10 @@ def test_a_stop_does_not_wait_for_webhook_retries(stack):
 
     class Down(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
-            got.append(1)
             self.send_response(503)
             self.send_header("Content-Length", "0")
             self.end_headers()
+            got.append(1)  # answered: no call in flight when the test stops the worker
 
     with own_llm(Down) as url:
         w, _ = escalated_with_hook(stack, url, "hook-down", "escalation.webhook_retries=100")
@@ -1505,6 +1505,7 @@ def test_a_stop_does_not_wait_for_webhook_retries(stack):
         while len(got) < 2 and time.time() < deadline:
             time.sleep(0.05)
         assert len(got) >= 2, got
+        time.sleep(0.2)  # the worker has read the answer: the next try is 1 s away
         assert stack.stop_worker(w) == 0
         log = stack.worker_log(w.name)
         assert "1 escalation webhook call(s) waiting to be tried again dropped at the stop" in log, log[-3000:]
