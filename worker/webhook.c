@@ -111,6 +111,7 @@ static void send_now(delivery *d) {
     if (!body || llm_client_submit(d->wh->http, d->job_id, 0, body, strlen(body), done_cb, d, &d->call)) {
         llm_response r = {0};
         r.retry_after_ms = -1;
+        r.error = "the call could not be started (out of memory?)";
         done_cb(d, &r);
     }
 }
