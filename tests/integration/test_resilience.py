@@ -267,6 +267,19 @@ def test_an_attempt_running_elsewhere_is_paid_for_once(stack):
     assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
 
 
+def assert_owner_kept_its_attempt(stack, jid, a, b):
+    """jid ended once, final, called once: its owner a kept its attempt,
+    and b, finding a's lease gone just after Redis came back, did not take
+    it over.  Stops both."""
+    outs = check_exactly_once(stack, [jid])
+    assert [m["headers"]["ce_type"] for m in outs if m["value"]["job_id"] == jid] == ["retort.job.final"]
+    time.sleep(2)  # B's next look, after the outcome's delivery mark
+    assert stack.llm_stats()["calls"].get(jid + ":1") == 1
+    log_b = stack.worker_log("b")
+    assert "holds no lease, just after Redis came back" in log_b and "attempt over" not in log_b, log_b[-3000:]
+    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
+
+
 def test_a_lease_lost_with_redis_is_not_taken_for_its_owners_death(stack):
     """Redis goes away for longer than a lease (5 s) and comes back without
     the leases, as after a restart.  The owner of a running attempt is
@@ -298,13 +311,7 @@ def test_a_lease_lost_with_redis_is_not_taken_for_its_owners_death(stack):
         time.sleep(2)
     finally:
         a.send_signal(signal.SIGCONT)
-    outs = check_exactly_once(stack, [jid])
-    assert [m["headers"]["ce_type"] for m in outs if m["value"]["job_id"] == jid] == ["retort.job.final"]
-    time.sleep(2)  # B's next look, after the outcome's delivery mark
-    assert stack.llm_stats()["calls"].get(jid + ":1") == 1
-    log_b = stack.worker_log("b")
-    assert "holds no lease, just after Redis came back" in log_b and "attempt over" not in log_b, log_b[-3000:]
-    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
+    assert_owner_kept_its_attempt(stack, jid, a, b)
 
 
 def test_a_lease_lost_with_a_redis_restarted_before_a_first_connect_is_not_taken_for_dead(stack):
@@ -329,13 +336,7 @@ def test_a_lease_lost_with_a_redis_restarted_before_a_first_connect_is_not_taken
         time.sleep(2)
     finally:
         a.send_signal(signal.SIGCONT)
-    outs = check_exactly_once(stack, [jid])
-    assert [m["headers"]["ce_type"] for m in outs if m["value"]["job_id"] == jid] == ["retort.job.final"]
-    time.sleep(2)  # B's next look, after the outcome's delivery mark
-    assert stack.llm_stats()["calls"].get(jid + ":1") == 1
-    log_b = stack.worker_log("b")
-    assert "holds no lease, just after Redis came back" in log_b and "attempt over" not in log_b, log_b[-3000:]
-    assert stack.stop_worker(a) == 0 and stack.stop_worker(b) == 0
+    assert_owner_kept_its_attempt(stack, jid, a, b)
 
 
 def test_attempt_of_a_dead_worker_is_taken_over_once_its_lease_lapses(stack):
